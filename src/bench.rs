@@ -1,0 +1,252 @@
+//! Benchmarks: each prints a figure next to a baseline measured on the same machine in the
+//! same run, and the ratio. They are commands, never timed tests.
+//!
+//! `bench ingest` builds a large hour by replicating real GH Archive events with fresh ids,
+//! then times, each pinned to one core (`taskset -c 0` when available): plain decompression
+//! with a line count (the floor), `swelake ingest`, and DuckDB's typed `read_json` → Parquet
+//! when python3 can import duckdb. `bench reward` times `swelake reward` with one thread and
+//! with all threads against python3's difflib running the same cases.
+
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct IngestBenchArgs {
+    /// Real GH Archive hour files whose events are replicated.
+    #[arg(long, num_args = 1.., default_values = ["../shared/gharchive/2015-01-01-15.json.gz", "../shared/gharchive/2025-01-01-15.json.gz"])]
+    seed: Vec<PathBuf>,
+    /// Minimum number of events in the generated hour.
+    #[arg(long, default_value_t = 150_000)]
+    events: usize,
+    /// Minimum size of the generated hour as JSON, in MB.
+    #[arg(long, default_value_t = 350)]
+    mb: usize,
+    /// Working directory (generated hour, lakes, Parquet output).
+    #[arg(long, default_value = "target/bench-ingest")]
+    work: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct RewardBenchArgs {
+    /// Reward cases (JSONL, optionally gzipped).
+    #[arg(long, default_value = "../shared/parity/reward_cases.jsonl.gz")]
+    cases: PathBuf,
+    /// Copies of the cases scored by swelake per timing (Python runs them once).
+    #[arg(long, default_value_t = 20)]
+    repeat: usize,
+    /// Working directory.
+    #[arg(long, default_value = "target/bench-reward")]
+    work: PathBuf,
+}
+
+fn have(cmd: &str, arg: &str) -> bool {
+    Command::new(cmd).arg(arg).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// Runs a command pinned to CPU 0 if `taskset` exists; returns wall seconds and the peak RSS
+/// of the child in MiB.
+fn timed_child(mut args: Vec<String>, pin: bool) -> Result<(f64, f64, String)> {
+    if pin {
+        args.splice(0..0, ["taskset".to_string(), "-c".to_string(), "0".to_string()]);
+    }
+    let t = Instant::now();
+    let out = Command::new(&args[0]).args(&args[1..]).output().with_context(|| format!("running {}", args[0]))?;
+    let secs = t.elapsed().as_secs_f64();
+    if !out.status.success() {
+        bail!("{} failed: {}", args.join(" "), String::from_utf8_lossy(&out.stderr));
+    }
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes into the struct we pass.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) };
+    let rss_mib = usage.ru_maxrss as f64 / 1024.0;
+    Ok((secs, rss_mib, String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+/// Writes the replicated hour; returns (events, json bytes).
+fn make_hour(seeds: &[PathBuf], min_events: usize, min_bytes: usize, out: &Path) -> Result<(usize, usize)> {
+    let mut events: Vec<serde_json::Value> = Vec::new();
+    for s in seeds {
+        let f = std::fs::File::open(s).with_context(|| format!("opening seed {}", s.display()))?;
+        for line in std::io::BufReader::new(flate2::read::MultiGzDecoder::new(f)).lines() {
+            events.push(serde_json::from_str(&line?)?);
+        }
+    }
+    if events.is_empty() {
+        bail!("no seed events");
+    }
+    let file = std::fs::File::create(out)?;
+    let mut gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::new(6));
+    let (mut n, mut bytes) = (0usize, 0usize);
+    while n < min_events || bytes < min_bytes {
+        let mut e = events[n % events.len()].clone();
+        e["id"] = serde_json::Value::String(format!("{}", 90_000_000_000u64 + n as u64));
+        e["created_at"] = serde_json::Value::String(format!("2025-01-01T15:{:02}:{:02}Z", (n / 60) % 60, n % 60));
+        let line = serde_json::to_string(&e)?;
+        gz.write_all(line.as_bytes())?;
+        gz.write_all(b"\n")?;
+        bytes += line.len() + 1;
+        n += 1;
+    }
+    gz.finish()?.flush()?;
+    Ok((n, bytes))
+}
+
+/// The floor: decompress and count lines, nothing else (hidden helper run as a child).
+pub fn gunzip_count(path: &Path) -> Result<u64> {
+    let f = std::fs::File::open(path)?;
+    let mut r = flate2::read::MultiGzDecoder::new(std::io::BufReader::with_capacity(256 << 10, f));
+    let mut buf = vec![0u8; 256 << 10];
+    let mut lines = 0u64;
+    loop {
+        let n = r.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        lines += memchr::memchr_iter(b'\n', &buf[..n]).count() as u64;
+    }
+    Ok(lines)
+}
+
+const DUCKDB_SCRIPT: &str = r#"
+import sys, time, duckdb
+src, out = sys.argv[1], sys.argv[2]
+con = duckdb.connect()
+con.execute("SET threads=1")
+t = time.perf_counter()
+con.execute(f"""COPY (SELECT * FROM read_json('{src}', format='newline_delimited', columns={{id:'VARCHAR', type:'VARCHAR', actor:'STRUCT(id BIGINT, login VARCHAR)', repo:'STRUCT(id BIGINT, name VARCHAR)', payload:'JSON', public:'BOOLEAN', created_at:'TIMESTAMP', org:'STRUCT(id BIGINT, login VARCHAR)'}})) TO '{out}' (FORMAT parquet)""")
+print(time.perf_counter() - t)
+"#;
+
+pub async fn ingest(a: &IngestBenchArgs) -> Result<()> {
+    std::fs::create_dir_all(&a.work)?;
+    let hour = a.work.join("2025-01-01-15.json.gz");
+    println!("generating {} (>= {} events, >= {} MB of JSON) ...", hour.display(), a.events, a.mb);
+    let (n, bytes) = make_hour(&a.seed, a.events, a.mb << 20, &hour)?;
+    let gz_mb = std::fs::metadata(&hour)?.len() as f64 / 1e6;
+    println!("  {n} events, {:.0} MB JSON, {gz_mb:.0} MB gzipped", bytes as f64 / 1e6);
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let pin = have("taskset", "-V");
+    if !pin {
+        println!("  (taskset not found: timings are not pinned to one core)");
+    }
+    let hour_s = hour.to_string_lossy().into_owned();
+
+    let (floor_s, _, floor_out) = timed_child(vec![exe.clone(), "bench-floor".into(), hour_s.clone()], pin)?;
+    let floor_lines: u64 = floor_out.trim().parse().unwrap_or(0);
+    if floor_lines != n as u64 {
+        bail!("floor counted {floor_lines} lines, expected {n}");
+    }
+
+    let lake = a.work.join("lake");
+    let _ = std::fs::remove_dir_all(&lake);
+    let (ingest_s, ingest_rss, out) = timed_child(
+        vec![
+            exe.clone(),
+            "--quiet".into(),
+            "ingest".into(),
+            "--source".into(),
+            hour_s.clone(),
+            "--lake".into(),
+            lake.to_string_lossy().into_owned(),
+            "--jobs".into(),
+            "1".into(),
+            "--json".into(),
+        ],
+        pin,
+    )?;
+    let summary: serde_json::Value = serde_json::from_str(&out).context("reading the ingest summary")?;
+    if summary["events_written"].as_u64() != Some(n as u64) {
+        bail!("ingest wrote {} events, expected {n}", summary["events_written"]);
+    }
+
+    let rate = |s: f64| n as f64 / s;
+    println!("\n{:<34} {:>9} {:>12} {:>10}", "one core", "seconds", "events/s", "MB/s JSON");
+    let row = |name: &str, s: f64| println!("{name:<34} {s:>9.2} {:>12.0} {:>10.0}", rate(s), bytes as f64 / 1e6 / s);
+    row("decompress + count lines (floor)", floor_s);
+    row("swelake ingest", ingest_s);
+    let duck = have("python3", "-c")
+        && Command::new("python3").args(["-c", "import duckdb"]).status().map(|s| s.success()).unwrap_or(false);
+    let mut duck_s = None;
+    if duck {
+        let script = a.work.join("duckdb_bench.py");
+        std::fs::write(&script, DUCKDB_SCRIPT)?;
+        let out_pq = a.work.join("duckdb.parquet");
+        let (wall, _, out) = timed_child(
+            vec![
+                "python3".into(),
+                script.to_string_lossy().into_owned(),
+                hour_s.clone(),
+                out_pq.to_string_lossy().into_owned(),
+            ],
+            pin,
+        )?;
+        let inner: f64 = out.trim().parse().unwrap_or(wall);
+        row("duckdb read_json -> parquet", inner);
+        duck_s = Some(inner);
+    } else {
+        println!("{:<34} (python3 cannot import duckdb: pip install duckdb)", "duckdb read_json -> parquet");
+    }
+    println!("\nswelake ingest / floor time: {:.2}x (target <= 1.5x)", ingest_s / floor_s);
+    if let Some(d) = duck_s {
+        println!("swelake vs duckdb throughput: {:.2}x (target > 1x)", d / ingest_s);
+    }
+    println!("swelake ingest peak RSS: {ingest_rss:.0} MiB (target < 1024 MiB)");
+    Ok(())
+}
+
+pub fn reward(a: &RewardBenchArgs) -> Result<()> {
+    std::fs::create_dir_all(&a.work)?;
+    let mut cases = String::new();
+    crate::cli::open_maybe_gz(&a.cases)?.read_to_string(&mut cases)?;
+    let n = cases.lines().filter(|l| !l.trim().is_empty()).count();
+    let plain = a.work.join("cases.jsonl");
+    std::fs::write(&plain, &cases)?;
+    let big = a.work.join("cases_repeated.jsonl");
+    std::fs::write(&big, cases.repeat(a.repeat))?;
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let run = |t: usize| -> Result<f64> {
+        let out = a.work.join(format!("scored_{t}.jsonl"));
+        let (secs, _, _) = timed_child(
+            vec![
+                exe.clone(),
+                "--quiet".into(),
+                "reward".into(),
+                "--input".into(),
+                big.to_string_lossy().into_owned(),
+                "--output".into(),
+                out.to_string_lossy().into_owned(),
+                "--threads".into(),
+                t.to_string(),
+            ],
+            false,
+        )?;
+        Ok((n * a.repeat) as f64 / secs)
+    };
+    let one = run(1)?;
+    let all = run(threads)?;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("bench/reward_baseline.py");
+    let py = Command::new("python3").arg(&script).arg(&plain).output().context("running python3 baseline")?;
+    if !py.status.success() {
+        bail!("python baseline failed (pip install unidiff?): {}", String::from_utf8_lossy(&py.stderr));
+    }
+    let stderr = String::from_utf8_lossy(&py.stderr);
+    let py_rate: f64 = stderr
+        .split('=')
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .context("reading the python rate")?;
+    println!("{n} cases ({}x for swelake, 1x for python)", a.repeat);
+    println!("{:<40} {:>12}", "", "cases/s");
+    println!("{:<40} {py_rate:>12.1}", "python3 difflib (reference algorithm)");
+    println!("{:<40} {one:>12.1}", "swelake reward --threads 1");
+    println!("{:<40} {all:>12.1}", format!("swelake reward --threads {threads}"));
+    println!("\nper thread vs python: {:.0}x (target >= 100x); all threads: {:.0}x", one / py_rate, all / py_rate);
+    Ok(())
+}

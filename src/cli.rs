@@ -1,0 +1,324 @@
+//! The command line. Flags are parsed here into the library's option structs; nothing else in
+//! the crate sees clap. Every subcommand is a thin call into a library function that tests
+//! call too.
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+
+use crate::ingest::source::Hour;
+use crate::ingest::IngestOptions;
+use crate::lake::Lake;
+
+const AFTER_HELP: &str = "\
+Typical use:
+  swelake demo                                   # the whole pipeline on data-samples/, offline
+  swelake ingest --source ~/gharchive --lake lake --from 2025-01-01-0 --to 2025-01-01-23
+  swelake sql --lake lake \"SELECT type, count(*) FROM events GROUP BY type\"
+  swelake reward --input cases.jsonl --output scored.jsonl
+
+Logs go to stderr (RUST_LOG=debug for more); results go to stdout.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "swelake",
+    version,
+    about = "Turn GH Archive events and git history into SWE-RL training data, as Delta tables.",
+    after_help = AFTER_HELP
+)]
+struct Cli {
+    /// Only print errors (no progress bars, no info logs).
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// More log output (-v debug, -vv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Load GH Archive hour files into the `events` and `events_rejected` Delta tables.
+    #[command(after_help = "\
+Every line becomes an `events` row or an `events_rejected` row (with reason and raw text);
+the summary reconciles lines_read = events_written + rejected per file. Files already ingested
+with the same size are skipped; re-ingesting an hour (--force) replaces its rows atomically.
+
+Examples:
+  swelake ingest --source data-samples/gharchive --lake lake
+  swelake ingest --source 'archive/2025-01-0*.json.gz' --lake lake --json
+  swelake ingest --source https://data.gharchive.org/ --from 2025-01-01-0 --to 2025-01-01-2 --lake lake
+  swelake ingest --source s3://bucket/gharchive/ --lake lake   (credentials from AWS_* variables)")]
+    Ingest(IngestArgs),
+    /// Run a read-only SQL query over every table of a lake.
+    #[command(after_help = "\
+Every Delta table in the lake is registered under its directory name, along with the swelake
+SQL functions (swerl_reward, swerl_format_error, ...).
+
+Examples:
+  swelake sql --lake lake \"SELECT type, count(*) AS n FROM events GROUP BY type ORDER BY n DESC\"
+  swelake sql --lake lake --format json \"SELECT reason, count(*) FROM events_rejected GROUP BY reason\"
+  swelake sql --lake lake \"SHOW TABLES\"")]
+    Sql(SqlArgs),
+    /// Score model answers with the SWE-RL reward (bit-compatible with the reference).
+    #[command(after_help = "\
+Input lines (JSON):
+  {\"id\":..,\"kind\":\"search_replace\",\"context\":{path:text},\"oracle\":{path:new_text},\"output\":\"<think>..</think><solution>..</solution>\"}
+  {\"id\":..,\"kind\":\"unidiff\",\"oracle_patches\":[diff,..],\"pred_patches\":[diff,..]}
+  {\"id\":..,\"kind\":\"general\",\"context\":{..},\"oracle\":{..},\"pred\":{path:new_text}}
+Output lines: {\"id\",\"reward\",\"format_error\",\"similarities\"}; a line that cannot be scored
+gets \"reward\": null and an \"error\", the batch continues, and the exit status is 1.
+
+Rollout tables (Parquet, see schemas/rollouts.toml): `--rollouts IN --out OUT` adds reward,
+format_error and reward_error columns; context/oracle come from inline columns or, when absent,
+from --seed-shards joined on instance_id.
+
+Examples:
+  swelake reward --input cases.jsonl --output scored.jsonl --threads 8
+  zcat cases.jsonl.gz | swelake reward > scored.jsonl
+  swelake reward --rollouts rollouts/part-0.parquet --out scored.parquet --seed-shards 'lake/shards/seed/*.parquet'")]
+    Reward(RewardArgs),
+    /// Run the whole pipeline on the bundled samples (offline) and summarise what it built.
+    Demo(DemoArgs),
+    /// Benchmarks that print throughput next to a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Internal: decompress a file and count its lines (the floor of `bench ingest`).
+    #[command(hide = true, name = "bench-floor")]
+    BenchFloor { path: PathBuf },
+}
+
+#[derive(Args, Debug)]
+struct IngestArgs {
+    /// Hour files: a directory, a file, a glob, or a URL prefix (s3://, gs://, az://, http(s)://).
+    #[arg(long)]
+    source: String,
+    /// Lake directory (created if missing).
+    #[arg(long)]
+    lake: String,
+    /// First hour to ingest, YYYY-MM-DD-H (inclusive).
+    #[arg(long, value_parser = parse_hour)]
+    from: Option<Hour>,
+    /// Last hour to ingest, YYYY-MM-DD-H (inclusive).
+    #[arg(long, value_parser = parse_hour)]
+    to: Option<Hour>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Re-ingest files that were already ingested.
+    #[arg(long)]
+    force: bool,
+    /// Reject lines longer than this many bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    max_line_bytes: usize,
+    /// Files ingested in parallel (each uses one core).
+    #[arg(long, default_value_t = default_jobs())]
+    jobs: usize,
+}
+
+#[derive(Args, Debug)]
+struct SqlArgs {
+    /// Lake directory.
+    #[arg(long)]
+    lake: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = crate::sql::Format::Table)]
+    format: crate::sql::Format,
+    /// The query (SELECT/WITH/SHOW/DESCRIBE/EXPLAIN).
+    query: String,
+}
+
+#[derive(Args, Debug)]
+struct RewardArgs {
+    /// JSONL cases (default: stdin; `.gz` is decompressed).
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Where to write scored lines (default: stdout).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Score a rollout Parquet file instead of JSONL cases (schema: schemas/rollouts.toml).
+    #[arg(long, conflicts_with_all = ["input", "output"], requires = "out")]
+    rollouts: Option<PathBuf>,
+    /// Where to write the scored rollouts (the input columns plus reward, format_error, reward_error).
+    #[arg(long, requires = "rollouts")]
+    out: Option<PathBuf>,
+    /// Seed shards (glob) to look up context/oracle by instance_id when rollouts do not carry them.
+    #[arg(long, requires = "rollouts")]
+    seed_shards: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Lake directory for the demo (replaced if it holds an earlier demo).
+    #[arg(long, default_value = "demo-lake")]
+    lake: PathBuf,
+    /// Directory with the sample inputs.
+    #[arg(long, default_value = "data-samples")]
+    samples: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Ingest throughput on one core vs plain gunzip and (if installed) DuckDB.
+    Ingest(crate::bench::IngestBenchArgs),
+    /// Reward throughput vs python3's difflib on the same cases.
+    Reward(crate::bench::RewardBenchArgs),
+}
+
+fn default_jobs() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+fn parse_hour(s: &str) -> std::result::Result<Hour, String> {
+    Hour::parse(s).ok_or_else(|| format!("{s:?} is not an hour of the form YYYY-MM-DD-H (e.g. 2025-01-01-15)"))
+}
+
+fn init_logging(quiet: bool, verbose: u8) {
+    let default = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn,swelake=info",
+        (false, 1) => "info,swelake=debug",
+        _ => "debug,swelake=trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.quiet, cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let quiet = cli.quiet;
+    match cli.command {
+        Command::Ingest(a) => {
+            if let (Some(f), Some(t)) = (a.from, a.to) {
+                if f > t {
+                    bail!("--from {} is after --to {}", f.key(), t.key());
+                }
+            }
+            let lake = Lake::open(&a.lake)?;
+            let opts = IngestOptions {
+                source: a.source,
+                from: a.from,
+                to: a.to,
+                force: a.force,
+                max_line_bytes: a.max_line_bytes,
+                jobs: a.jobs,
+                show_progress: !quiet,
+                ..Default::default()
+            };
+            let summary = crate::ingest::ingest(&lake, &opts).await?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", summary.render_text());
+            }
+            Ok(if summary.reconciles() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Sql(a) => {
+            let lake = Lake::open(&a.lake)?;
+            let batches = crate::sql::query(&lake, &a.query).await?;
+            let stdout = std::io::stdout();
+            crate::sql::write(&batches, a.format, BufWriter::new(stdout.lock()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reward(a) => {
+            let threads = a.threads.unwrap_or_else(default_jobs).max(1);
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+            if let (Some(rollouts), Some(out)) = (&a.rollouts, &a.out) {
+                let seed = match &a.seed_shards {
+                    Some(glob) => Some(crate::reward::rollouts::load_seed_lookup(glob)?),
+                    None => None,
+                };
+                let s = tokio::task::block_in_place(|| {
+                    crate::reward::rollouts::score_rollouts(rollouts, out, seed.as_ref(), &pool)
+                })?;
+                println!("{}", serde_json::to_string(&s)?);
+                if s.unscoreable > 0 {
+                    eprintln!(
+                        "error: {} of {} rollout(s) could not be scored (see reward_error)",
+                        s.unscoreable, s.rows
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let input: Box<dyn BufRead> = match &a.input {
+                Some(p) => open_maybe_gz(p)?,
+                None => Box::new(BufReader::new(std::io::stdin())),
+            };
+            let output: Box<dyn Write> = match &a.output {
+                Some(p) => Box::new(BufWriter::new(
+                    std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+                )),
+                None => Box::new(BufWriter::new(std::io::stdout())),
+            };
+            let s = tokio::task::block_in_place(|| crate::reward::batch::score_stream(input, output, &pool))?;
+            if s.errors > 0 {
+                eprintln!(
+                    "error: {} of {} line(s) could not be scored (see their \"error\" fields)",
+                    s.errors, s.lines
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            tracing::info!(lines = s.lines, "scored");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo(a) => {
+            let report = crate::demo::run(&a.samples, &a.lake, !quiet).await?;
+            print!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Ingest(a)) => {
+            crate::bench::ingest(&a).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::BenchFloor { path } => {
+            println!("{}", crate::bench::gunzip_count(&path)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Reward(a)) => {
+            crate::bench::reward(&a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Opens a file for reading lines, decompressing `.gz`.
+pub fn open_maybe_gz(p: &std::path::Path) -> Result<Box<dyn BufRead>> {
+    let f = std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?;
+    Ok(if p.extension().is_some_and(|e| e == "gz") {
+        Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(BufReader::new(f))))
+    } else {
+        Box::new(BufReader::new(f))
+    })
+}

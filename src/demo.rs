@@ -1,0 +1,111 @@
+//! `swelake demo`: every stage that exists, on the bundled samples, offline, into a fresh
+//! local lake, ending with a summary of what was built and queries to try next.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+use arrow::array::{Array, AsArray};
+
+use crate::ingest::IngestOptions;
+use crate::lake::Lake;
+
+/// Marks a directory as created by the demo, so a rerun may replace it without risk of
+/// deleting someone's real lake.
+const MARKER: &str = ".swelake-demo";
+
+fn prepare_lake_dir(dir: &Path) -> Result<()> {
+    if dir.exists() {
+        let empty = std::fs::read_dir(dir)?.next().is_none();
+        if !empty && !dir.join(MARKER).exists() {
+            bail!("{} exists and was not made by `swelake demo`; pass another --lake", dir.display());
+        }
+        std::fs::remove_dir_all(dir).with_context(|| format!("clearing {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join(MARKER), "created by swelake demo; safe to delete\n")?;
+    Ok(())
+}
+
+async fn scalar_rows(lake: &Lake, sql: &str) -> Result<Vec<(String, i64)>> {
+    let batches = crate::sql::query(lake, sql).await?;
+    let mut out = Vec::new();
+    for b in batches {
+        let keys = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8)?;
+        let keys = keys.as_string::<i32>();
+        let vals = arrow::compute::cast(b.column(1), &arrow::datatypes::DataType::Int64)?;
+        let vals = vals.as_primitive::<arrow::datatypes::Int64Type>();
+        for i in 0..b.num_rows() {
+            out.push((if keys.is_null(i) { "NULL".into() } else { keys.value(i).to_string() }, vals.value(i)));
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the demo and returns the report to print.
+pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<String> {
+    let hours = samples.join("gharchive");
+    if !hours.is_dir() {
+        bail!("{} not found: run the demo from the repository root or pass --samples", hours.display());
+    }
+    prepare_lake_dir(lake_dir)?;
+    let lake = Lake::open(&lake_dir.to_string_lossy())?;
+    let mut report = String::new();
+    writeln!(report, "swelake demo — lake at {}", lake.root().display())?;
+
+    // Stage 1: ingest.
+    let opts =
+        IngestOptions { source: hours.to_string_lossy().into_owned(), show_progress: progress, ..Default::default() };
+    let s = crate::ingest::ingest(&lake, &opts).await?;
+    writeln!(
+        report,
+        "\n[ingest] {} hour file(s): {} lines = {} events + {} rejected{}",
+        s.files_ingested,
+        s.lines_read,
+        s.events_written,
+        s.rejected,
+        if s.reconciles() { " (reconciled)" } else { " (DOES NOT RECONCILE)" }
+    )?;
+    for (t, n) in
+        scalar_rows(&lake, "SELECT type, count(*) FROM events GROUP BY type ORDER BY count(*) DESC, type").await?
+    {
+        writeln!(report, "  {t:<32} {n:>6}")?;
+    }
+    let reasons =
+        scalar_rows(&lake, "SELECT reason, count(*) FROM events_rejected GROUP BY reason ORDER BY reason").await?;
+    if !reasons.is_empty() {
+        writeln!(report, "  rejected lines by reason:")?;
+        for (r, n) in reasons {
+            writeln!(report, "    {r:<30} {n:>6}")?;
+        }
+    }
+
+    // Stage 7: reward (independent of the others; scores the bundled answer samples).
+    let cases = samples.join("reward_cases.jsonl");
+    if cases.is_file() {
+        let pool = rayon::ThreadPoolBuilder::new().build()?;
+        let mut out = Vec::new();
+        let input = crate::cli::open_maybe_gz(&cases)?;
+        let b = tokio::task::block_in_place(|| crate::reward::batch::score_stream(input, &mut out, &pool))?;
+        let rows: Vec<serde_json::Value> =
+            String::from_utf8(out)?.lines().map(serde_json::from_str).collect::<std::result::Result<_, _>>()?;
+        writeln!(report, "\n[reward] {} sample answer(s) scored ({} error(s)):", b.scored, b.errors)?;
+        for r in rows {
+            let reward = r["reward"].as_f64().map_or("error".into(), |v| format!("{v:.4}"));
+            let why = r["format_error"].as_str().map(|e| format!("  ({e})")).unwrap_or_default();
+            writeln!(report, "  {:<28} {reward:>8}{why}", r["id"].as_str().unwrap_or("?"))?;
+        }
+    }
+
+    writeln!(report, "\n[tables]")?;
+    for t in lake.tables()? {
+        let n = scalar_rows(&lake, &format!("SELECT '{t}', count(*) FROM \"{t}\"")).await?;
+        writeln!(report, "  {t:<20} {:>6} rows", n.first().map_or(0, |x| x.1))?;
+    }
+    writeln!(
+        report,
+        "\nTry: swelake sql --lake {} \"SELECT repo_name, count(*) AS n FROM events GROUP BY repo_name ORDER BY n DESC LIMIT 5\"",
+        lake_dir.display()
+    )?;
+    Ok(report)
+}

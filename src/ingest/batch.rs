@@ -1,0 +1,383 @@
+//! Arrow schemas of `events` and `events_rejected`, and the builders that turn parsed
+//! events and rejections into record batches. The column contract (names, types, meaning)
+//! is `schemas/events.toml` / `schemas/events_rejected.toml`; a test holds the two together.
+
+use std::sync::{Arc, LazyLock};
+
+use arrow::array::{
+    ArrayRef, BooleanBuilder, Date32Builder, Int64Builder, ListBuilder, RecordBatch, StringBuilder,
+    TimestampMicrosecondBuilder,
+};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+
+use super::event::{parse_timestamp, Event, Rejection};
+
+pub const EVENTS: &str = "events";
+pub const EVENTS_REJECTED: &str = "events_rejected";
+/// The events table is partitioned by the UTC date of `created_at`.
+pub const EVENT_DATE: &str = "event_date";
+
+fn ts() -> DataType {
+    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
+}
+
+fn list_of_strings() -> DataType {
+    DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
+}
+
+/// Columns of `events` in file order (the partition column `event_date` last).
+pub static EVENTS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    let s = |n: &str| Field::new(n, DataType::Utf8, true);
+    let i = |n: &str| Field::new(n, DataType::Int64, true);
+    let b = |n: &str| Field::new(n, DataType::Boolean, true);
+    let t = |n: &str| Field::new(n, ts(), true);
+    Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Utf8, false),
+        Field::new("type", DataType::Utf8, false),
+        i("actor_id"),
+        s("actor_login"),
+        i("repo_id"),
+        s("repo_name"),
+        s("org_login"),
+        b("public"),
+        Field::new("created_at", ts(), false),
+        Field::new("payload", DataType::Utf8, false),
+        s("action"),
+        i("number"),
+        b("is_pull_request"),
+        i("pr_id"),
+        s("title"),
+        s("body"),
+        s("state"),
+        b("draft"),
+        s("author_login"),
+        i("author_id"),
+        s("author_type"),
+        s("author_association"),
+        Field::new("labels", list_of_strings(), true),
+        s("label"),
+        t("item_created_at"),
+        t("closed_at"),
+        b("merged"),
+        t("merged_at"),
+        s("merge_commit_sha"),
+        s("base_ref"),
+        s("base_sha"),
+        s("base_repo_name"),
+        s("head_ref"),
+        s("head_sha"),
+        s("head_repo_name"),
+        i("commits"),
+        i("additions"),
+        i("deletions"),
+        i("changed_files"),
+        i("comments"),
+        i("comment_id"),
+        s("comment_body"),
+        s("comment_author_login"),
+        s("comment_author_type"),
+        s("comment_path"),
+        s("review_state"),
+        s("ref_name"),
+        s("ref_type"),
+        s("push_head"),
+        s("push_before"),
+        i("push_size"),
+        Field::new("push_commit_shas", list_of_strings(), true),
+        Field::new("push_commit_messages", list_of_strings(), true),
+        Field::new("payload_trimmed", DataType::Boolean, false),
+        Field::new("source_file", DataType::Utf8, false),
+        Field::new("source_line", DataType::Int64, false),
+        Field::new(EVENT_DATE, DataType::Date32, false),
+    ]))
+});
+
+/// Columns of `events_rejected`.
+pub static REJECTED_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
+    Arc::new(Schema::new(vec![
+        Field::new("source_file", DataType::Utf8, false),
+        Field::new("line_number", DataType::Int64, false),
+        Field::new("reason", DataType::Utf8, false),
+        Field::new("detail", DataType::Utf8, false),
+        Field::new("raw", DataType::Utf8, false),
+        Field::new("raw_bytes", DataType::Int64, false),
+        Field::new("raw_truncated", DataType::Boolean, false),
+        Field::new("ingested_at", ts(), false),
+    ]))
+});
+
+/// Columns whose values are mostly unique long text: no dictionary, no page statistics.
+pub const LONG_TEXT_COLUMNS: &[&str] =
+    &["id", "payload", "body", "title", "comment_body", "push_commit_messages", "push_commit_shas"];
+
+macro_rules! builders {
+    ($($name:ident : $ty:ty),* $(,)?) => {
+        struct Cols { $($name: $ty,)* }
+        impl Cols {
+            fn new(cap: usize) -> Self { Cols { $($name: <$ty>::with_capacity(cap),)* } }
+            fn finish(&mut self) -> Vec<ArrayRef> { vec![$(Arc::new(self.$name.finish()) as ArrayRef,)*] }
+        }
+    };
+}
+
+// Helper: StringBuilder::with_capacity takes (items, bytes); wrap it to one argument.
+struct Str(StringBuilder);
+impl Str {
+    fn with_capacity(cap: usize) -> Self {
+        Str(StringBuilder::with_capacity(cap, cap * 16))
+    }
+    fn finish(&mut self) -> arrow::array::StringArray {
+        self.0.finish()
+    }
+    fn opt(&mut self, v: Option<&str>) {
+        self.0.append_option(v)
+    }
+    fn val(&mut self, v: &str) {
+        self.0.append_value(v)
+    }
+}
+
+struct StrList(ListBuilder<StringBuilder>);
+impl StrList {
+    fn with_capacity(cap: usize) -> Self {
+        StrList(ListBuilder::with_capacity(StringBuilder::new(), cap))
+    }
+    fn finish(&mut self) -> arrow::array::ListArray {
+        self.0.finish()
+    }
+    fn opt<'x>(&mut self, v: Option<impl Iterator<Item = Option<&'x str>>>) {
+        match v {
+            Some(items) => {
+                for item in items {
+                    self.0.values().append_option(item);
+                }
+                self.0.append(true);
+            }
+            None => self.0.append(false),
+        }
+    }
+}
+
+struct Ts(TimestampMicrosecondBuilder);
+impl Ts {
+    fn with_capacity(cap: usize) -> Self {
+        Ts(TimestampMicrosecondBuilder::with_capacity(cap).with_timezone("UTC"))
+    }
+    fn finish(&mut self) -> arrow::array::TimestampMicrosecondArray {
+        self.0.finish()
+    }
+    fn opt_str(&mut self, v: Option<&str>) {
+        self.0.append_option(v.and_then(parse_timestamp))
+    }
+}
+
+builders! {
+    id: Str, kind: Str, actor_id: Int64Builder, actor_login: Str, repo_id: Int64Builder,
+    repo_name: Str, org_login: Str, public: BooleanBuilder, created_at: Ts, payload: Str,
+    action: Str, number: Int64Builder, is_pull_request: BooleanBuilder, pr_id: Int64Builder,
+    title: Str, body: Str, state: Str, draft: BooleanBuilder, author_login: Str,
+    author_id: Int64Builder, author_type: Str, author_association: Str, labels: StrList,
+    label: Str, item_created_at: Ts, closed_at: Ts, merged: BooleanBuilder, merged_at: Ts,
+    merge_commit_sha: Str, base_ref: Str, base_sha: Str, base_repo_name: Str, head_ref: Str,
+    head_sha: Str, head_repo_name: Str, commits: Int64Builder, additions: Int64Builder,
+    deletions: Int64Builder, changed_files: Int64Builder, comments: Int64Builder,
+    comment_id: Int64Builder, comment_body: Str, comment_author_login: Str,
+    comment_author_type: Str, comment_path: Str, review_state: Str, ref_name: Str,
+    ref_type: Str, push_head: Str, push_before: Str, push_size: Int64Builder,
+    push_commit_shas: StrList, push_commit_messages: StrList, payload_trimmed: BooleanBuilder,
+    source_file: Str, source_line: Int64Builder, event_date: Date32Builder,
+}
+
+/// Accumulates events into Arrow columns; `finish` yields a batch and starts over.
+pub struct EventsBuilder {
+    cols: Cols,
+    rows: usize,
+    bytes: usize,
+    cap: usize,
+}
+
+const MICROS_PER_DAY: i64 = 86_400_000_000;
+
+/// UTC calendar day of a microsecond timestamp, as days since the epoch (Arrow `Date32`).
+pub fn date32_of(micros: i64) -> i32 {
+    micros.div_euclid(MICROS_PER_DAY) as i32
+}
+
+impl EventsBuilder {
+    pub fn new(cap: usize) -> Self {
+        EventsBuilder { cols: Cols::new(cap), rows: 0, bytes: 0, cap }
+    }
+
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// Approximate bytes of text held, to bound memory independently of row count.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    pub fn push(&mut self, e: &Event<'_>, source_file: &str, line: u64) {
+        let c = &mut self.cols;
+        let p = &e.payload;
+        c.id.val(&e.id);
+        c.kind.val(&e.kind);
+        c.actor_id.append_option(e.actor_id);
+        c.actor_login.opt(e.actor_login.as_deref());
+        c.repo_id.append_option(e.repo_id);
+        c.repo_name.opt(e.repo_name.as_deref());
+        c.org_login.opt(e.org_login.as_deref());
+        c.public.append_option(e.public);
+        c.created_at.0.append_value(e.created_at);
+        c.payload.val(e.payload_raw);
+        c.action.opt(p.action.as_deref());
+
+        // The PR or issue this event is about: the PR object for PR events, else the issue.
+        let is_pr_event = e.kind.starts_with("PullRequest");
+        let item = if is_pr_event { p.pull_request.as_ref() } else { p.issue.as_ref() };
+        let is_pull_request = is_pr_event || p.issue.as_ref().is_some_and(|i| i.pull_request.is_some());
+        c.number.append_option(p.number.or(item.and_then(|i| i.number)));
+        c.is_pull_request.append_option(item.is_some().then_some(is_pull_request));
+        c.pr_id.append_option(if is_pr_event { item.and_then(|i| i.id) } else { None });
+        c.title.opt(item.and_then(|i| i.title.as_deref()));
+        c.body.opt(item.and_then(|i| i.body.as_deref()));
+        c.state.opt(item.and_then(|i| i.state.as_deref()));
+        c.draft.append_option(item.and_then(|i| i.draft));
+        let user = item.and_then(|i| i.user.as_ref());
+        c.author_login.opt(user.and_then(|u| u.login.as_deref()));
+        c.author_id.append_option(user.and_then(|u| u.id));
+        c.author_type.opt(user.and_then(|u| u.kind.as_deref()));
+        c.author_association.opt(item.and_then(|i| i.author_association.as_deref()));
+        c.labels.opt(item.and_then(|i| i.labels.as_ref()).map(|ls| ls.iter().map(|l| l.name.as_deref())));
+        c.label.opt(p.label.as_ref().and_then(|l| l.name.as_deref()));
+        c.item_created_at.opt_str(item.and_then(|i| i.created_at.as_deref()));
+        c.closed_at.opt_str(item.and_then(|i| i.closed_at.as_deref()));
+        c.merged.append_option(item.and_then(|i| i.merged));
+        // An issue object of a PR carries the merge time under `pull_request.merged_at`.
+        let merged_at =
+            item.and_then(|i| i.merged_at.as_deref().or(i.pull_request.as_ref().and_then(|l| l.merged_at.as_deref())));
+        c.merged_at.opt_str(merged_at);
+        c.merge_commit_sha.opt(item.and_then(|i| i.merge_commit_sha.as_deref()));
+        let base = item.and_then(|i| i.base.as_ref());
+        let head = item.and_then(|i| i.head.as_ref());
+        let repo_name = |r: Option<&super::event::GitRef>| {
+            r.and_then(|g| g.repo.as_ref())
+                .and_then(|r| r.full_name.as_deref().or(r.name.as_deref()).map(str::to_owned))
+        };
+        c.base_ref.opt(base.and_then(|g| g.ref_name.as_deref()));
+        c.base_sha.opt(base.and_then(|g| g.sha.as_deref()));
+        c.base_repo_name.opt(repo_name(base).as_deref());
+        c.head_ref.opt(head.and_then(|g| g.ref_name.as_deref()));
+        c.head_sha.opt(head.and_then(|g| g.sha.as_deref()));
+        c.head_repo_name.opt(repo_name(head).as_deref());
+        c.commits.append_option(item.and_then(|i| i.commits));
+        c.additions.append_option(item.and_then(|i| i.additions));
+        c.deletions.append_option(item.and_then(|i| i.deletions));
+        c.changed_files.append_option(item.and_then(|i| i.changed_files));
+        c.comments.append_option(item.and_then(|i| i.comments));
+
+        let comment = p.comment.as_ref().or(p.review.as_ref());
+        c.comment_id.append_option(comment.and_then(|x| x.id));
+        c.comment_body.opt(comment.and_then(|x| x.body.as_deref()));
+        let cu = comment.and_then(|x| x.user.as_ref());
+        c.comment_author_login.opt(cu.and_then(|u| u.login.as_deref()));
+        c.comment_author_type.opt(cu.and_then(|u| u.kind.as_deref()));
+        c.comment_path.opt(p.comment.as_ref().and_then(|x| x.path.as_deref()));
+        c.review_state.opt(p.review.as_ref().and_then(|x| x.state.as_deref()));
+
+        c.ref_name.opt(p.ref_name.as_deref());
+        c.ref_type.opt(p.ref_type.as_deref());
+        c.push_head.opt(p.head.as_deref());
+        c.push_before.opt(p.before.as_deref());
+        c.push_size.append_option(p.size);
+        c.push_commit_shas.opt(p.commits.as_ref().map(|cs| cs.iter().map(|x| x.sha.as_deref())));
+        c.push_commit_messages.opt(p.commits.as_ref().map(|cs| cs.iter().map(|x| x.message.as_deref())));
+        c.payload_trimmed.append_value(e.payload_trimmed);
+        c.source_file.val(source_file);
+        c.source_line.append_value(line as i64);
+        c.event_date.append_value(date32_of(e.created_at));
+        self.rows += 1;
+        self.bytes += e.payload_raw.len() + 256;
+    }
+
+    pub fn finish(&mut self) -> RecordBatch {
+        let cols = std::mem::replace(&mut self.cols, Cols::new(self.cap));
+        let mut cols = cols;
+        let arrays = cols.finish();
+        self.rows = 0;
+        self.bytes = 0;
+        RecordBatch::try_new(EVENTS_SCHEMA.clone(), arrays).expect("builders follow EVENTS_SCHEMA")
+    }
+}
+
+/// Accumulates rejected lines.
+pub struct RejectedBuilder {
+    source_file: StringBuilder,
+    line_number: Int64Builder,
+    reason: StringBuilder,
+    detail: StringBuilder,
+    raw: StringBuilder,
+    raw_bytes: Int64Builder,
+    raw_truncated: BooleanBuilder,
+    ingested_at: TimestampMicrosecondBuilder,
+    rows: usize,
+}
+
+impl Default for RejectedBuilder {
+    fn default() -> Self {
+        RejectedBuilder {
+            source_file: StringBuilder::new(),
+            line_number: Int64Builder::new(),
+            reason: StringBuilder::new(),
+            detail: StringBuilder::new(),
+            raw: StringBuilder::new(),
+            raw_bytes: Int64Builder::new(),
+            raw_truncated: BooleanBuilder::new(),
+            ingested_at: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
+            rows: 0,
+        }
+    }
+}
+
+impl RejectedBuilder {
+    pub fn len(&self) -> usize {
+        self.rows
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows == 0
+    }
+
+    /// `raw` is the kept prefix of the line (lossily decoded if it was not UTF-8);
+    /// `raw_bytes` the full length of the line as read.
+    pub fn push(&mut self, source_file: &str, line: u64, r: &Rejection, raw: &str, raw_bytes: usize, now_micros: i64) {
+        self.source_file.append_value(source_file);
+        self.line_number.append_value(line as i64);
+        self.reason.append_value(&r.code);
+        self.detail.append_value(&r.detail);
+        self.raw.append_value(raw);
+        self.raw_bytes.append_value(raw_bytes as i64);
+        self.raw_truncated.append_value(raw.len() < raw_bytes);
+        self.ingested_at.append_value(now_micros);
+        self.rows += 1;
+    }
+
+    pub fn finish(&mut self) -> RecordBatch {
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(self.source_file.finish()),
+            Arc::new(self.line_number.finish()),
+            Arc::new(self.reason.finish()),
+            Arc::new(self.detail.finish()),
+            Arc::new(self.raw.finish()),
+            Arc::new(self.raw_bytes.finish()),
+            Arc::new(self.raw_truncated.finish()),
+            Arc::new(self.ingested_at.finish()),
+        ];
+        self.rows = 0;
+        RecordBatch::try_new(REJECTED_SCHEMA.clone(), arrays).expect("builders follow REJECTED_SCHEMA")
+    }
+}

@@ -1,0 +1,450 @@
+//! Parsing one GH Archive line into a typed event, or into the reason it cannot be ingested.
+//!
+//! The top level follows the Events API schema (2015 onward). Payloads of the event types the
+//! pipeline uses (pull requests, reviews, issues, comments, pushes, refs) are decoded into
+//! typed fields so later SQL never re-parses JSON; the raw payload text is kept verbatim.
+//! Payloads cut down by GitHub's 2025-10-07 trim (PR stubs, pushes without commits) parse
+//! the same way with the missing fields left NULL, and are flagged `payload_trimmed`.
+//! Pre-2015 Timeline-schema lines are recognised and rejected, never misparsed.
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+/// Why a line was not ingested: a stable `code` for grouping and a human `detail`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    pub code: String,
+    pub detail: String,
+}
+
+impl Rejection {
+    pub fn new(code: impl Into<String>, detail: impl Into<String>) -> Self {
+        Rejection { code: code.into(), detail: detail.into() }
+    }
+}
+
+/// A user-ish object of a payload (`user`, `comment.user`, `review.user`).
+#[derive(Debug, Default, Deserialize)]
+pub struct User<'a> {
+    #[serde(borrow, default)]
+    pub login: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub id: Option<i64>,
+    #[serde(borrow, default, rename = "type")]
+    pub kind: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Label<'a> {
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RepoRef<'a> {
+    #[serde(borrow, default)]
+    pub full_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct GitRef<'a> {
+    #[serde(borrow, default, rename = "ref")]
+    pub ref_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub sha: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub repo: Option<RepoRef<'a>>,
+}
+
+/// `pull_request.merged_at` of an issue object that is a PR.
+#[derive(Debug, Default, Deserialize)]
+pub struct IssuePrLink<'a> {
+    #[serde(borrow, default)]
+    pub merged_at: Option<Cow<'a, str>>,
+}
+
+/// The common shape of `pull_request` and `issue` objects; every field optional because
+/// trimmed stubs carry only a few of them.
+#[derive(Debug, Default, Deserialize)]
+pub struct Item<'a> {
+    #[serde(default)]
+    pub id: Option<i64>,
+    #[serde(default)]
+    pub number: Option<i64>,
+    #[serde(borrow, default)]
+    pub title: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub body: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub state: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub user: Option<User<'a>>,
+    #[serde(borrow, default)]
+    pub labels: Option<Vec<Label<'a>>>,
+    #[serde(borrow, default)]
+    pub author_association: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub created_at: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub closed_at: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub merged_at: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub merged: Option<bool>,
+    #[serde(borrow, default)]
+    pub merge_commit_sha: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub base: Option<GitRef<'a>>,
+    #[serde(borrow, default)]
+    pub head: Option<GitRef<'a>>,
+    #[serde(default)]
+    pub commits: Option<i64>,
+    #[serde(default)]
+    pub additions: Option<i64>,
+    #[serde(default)]
+    pub deletions: Option<i64>,
+    #[serde(default)]
+    pub changed_files: Option<i64>,
+    #[serde(default)]
+    pub comments: Option<i64>,
+    #[serde(default)]
+    pub draft: Option<bool>,
+    /// Present (an object) on issues that are pull requests.
+    #[serde(borrow, default)]
+    pub pull_request: Option<IssuePrLink<'a>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct Comment<'a> {
+    #[serde(default)]
+    pub id: Option<i64>,
+    #[serde(borrow, default)]
+    pub body: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub user: Option<User<'a>>,
+    #[serde(borrow, default)]
+    pub path: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub state: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub created_at: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub submitted_at: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct CommitAuthor<'a> {
+    #[serde(borrow, default)]
+    pub name: Option<Cow<'a, str>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct PushCommit<'a> {
+    #[serde(borrow, default)]
+    pub sha: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub message: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub author: Option<CommitAuthor<'a>>,
+}
+
+/// The payload fields any of the typed event kinds may carry.
+#[derive(Debug, Default, Deserialize)]
+pub struct Payload<'a> {
+    #[serde(borrow, default)]
+    pub action: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub number: Option<i64>,
+    #[serde(borrow, default)]
+    pub pull_request: Option<Item<'a>>,
+    #[serde(borrow, default)]
+    pub issue: Option<Item<'a>>,
+    #[serde(borrow, default)]
+    pub comment: Option<Comment<'a>>,
+    #[serde(borrow, default)]
+    pub review: Option<Comment<'a>>,
+    #[serde(borrow, default, rename = "ref")]
+    pub ref_name: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub ref_type: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub head: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    pub before: Option<Cow<'a, str>>,
+    #[serde(default)]
+    pub size: Option<i64>,
+    #[serde(default)]
+    pub push_id: Option<i64>,
+    #[serde(borrow, default)]
+    pub commits: Option<Vec<PushCommit<'a>>>,
+    #[serde(borrow, default)]
+    pub label: Option<Label<'a>>,
+}
+
+/// The top-level object, every field kept raw so a wrong type can be named precisely.
+#[derive(Deserialize)]
+struct Envelope<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "type")]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    actor: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    repo: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    repository: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    org: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    public: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    created_at: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    payload: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct Account<'a> {
+    #[serde(default)]
+    id: Option<i64>,
+    #[serde(borrow, default)]
+    login: Option<Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct Repo<'a> {
+    #[serde(default)]
+    id: Option<i64>,
+    #[serde(borrow, default)]
+    name: Option<Cow<'a, str>>,
+}
+
+/// One parsed event, borrowing from its line.
+#[derive(Debug)]
+pub struct Event<'a> {
+    pub id: Cow<'a, str>,
+    pub kind: Cow<'a, str>,
+    pub actor_id: Option<i64>,
+    pub actor_login: Option<Cow<'a, str>>,
+    pub repo_id: Option<i64>,
+    pub repo_name: Option<Cow<'a, str>>,
+    pub org_login: Option<Cow<'a, str>>,
+    pub public: Option<bool>,
+    /// Microseconds since the Unix epoch, UTC.
+    pub created_at: i64,
+    pub payload_raw: &'a str,
+    pub payload: Payload<'a>,
+    /// The payload lacks fields that the pre-trim Events API always carried.
+    pub payload_trimmed: bool,
+}
+
+fn is_null(raw: Option<&RawValue>) -> bool {
+    raw.is_none_or(|r| r.get() == "null")
+}
+
+fn json_kind(raw: &RawValue) -> &'static str {
+    match raw.get().as_bytes().first() {
+        Some(b'"') => "a string",
+        Some(b'{') => "an object",
+        Some(b'[') => "an array",
+        Some(b't' | b'f') => "a boolean",
+        Some(b'n') => "null",
+        _ => "a number",
+    }
+}
+
+fn required_str<'a>(raw: Option<&'a RawValue>, field: &str) -> Result<Cow<'a, str>, Rejection> {
+    let Some(raw) = raw.filter(|r| r.get() != "null") else {
+        return Err(Rejection::new(format!("missing_field:{field}"), format!("`{field}` is missing or null")));
+    };
+    serde_json::from_str::<Cow<'a, str>>(raw.get()).map_err(|_| {
+        Rejection::new(format!("wrong_type:{field}"), format!("`{field}` must be a string, got {}", json_kind(raw)))
+    })
+}
+
+fn optional<'a, T: Deserialize<'a>>(
+    raw: Option<&'a RawValue>,
+    field: &str,
+    want: &str,
+) -> Result<Option<T>, Rejection> {
+    if is_null(raw) {
+        return Ok(None);
+    }
+    let raw = raw.expect("checked by is_null");
+    serde_json::from_str::<T>(raw.get()).map(Some).map_err(|e| {
+        Rejection::new(format!("wrong_type:{field}"), format!("`{field}` must be {want}, got {}: {e}", json_kind(raw)))
+    })
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SSZ` quickly, anything else RFC 3339 through chrono; returns
+/// microseconds since the epoch in UTC.
+pub fn parse_timestamp(s: &str) -> Option<i64> {
+    let b = s.as_bytes();
+    if b.len() == 20 && b[4] == b'-' && b[7] == b'-' && b[10] == b'T' && b[13] == b':' && b[16] == b':' && b[19] == b'Z'
+    {
+        let num = |r: std::ops::Range<usize>| -> Option<u32> {
+            b[r].iter().try_fold(0u32, |acc, &c| c.is_ascii_digit().then(|| acc * 10 + (c - b'0') as u32))
+        };
+        let date = chrono::NaiveDate::from_ymd_opt(num(0..4)? as i32, num(5..7)?, num(8..10)?)?;
+        let time = chrono::NaiveTime::from_hms_opt(num(11..13)?, num(14..16)?, num(17..19)?)?;
+        return Some(date.and_time(time).and_utc().timestamp_micros());
+    }
+    chrono::DateTime::parse_from_rfc3339(s).ok().map(|t| t.timestamp_micros())
+}
+
+/// Event types whose payload is decoded into typed columns.
+pub fn has_typed_payload(kind: &str) -> bool {
+    matches!(
+        kind,
+        "PullRequestEvent"
+            | "PullRequestReviewEvent"
+            | "PullRequestReviewCommentEvent"
+            | "PullRequestReviewThreadEvent"
+            | "IssuesEvent"
+            | "IssueCommentEvent"
+            | "PushEvent"
+            | "CreateEvent"
+            | "DeleteEvent"
+    )
+}
+
+/// Parses one line (already known to be valid UTF-8 and within the size limit).
+pub fn parse_line(line: &str) -> Result<Event<'_>, Rejection> {
+    // serde would also accept a JSON array as a struct (its sequence form).
+    if !line.trim_start().starts_with('{') {
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(line) {
+            Ok(_) => Rejection::new("not_an_object", "the line is JSON but not an event object"),
+            Err(e) => Rejection::new("invalid_json", e.to_string()),
+        });
+    }
+    let env: Envelope = match serde_json::from_str(line) {
+        Ok(e) => e,
+        Err(e) if e.is_data() => {
+            return Err(Rejection::new("not_an_object", format!("the line is JSON but not an event object: {e}")))
+        }
+        Err(e) => return Err(Rejection::new("invalid_json", e.to_string())),
+    };
+    let actor_is_string = env.actor.is_some_and(|a| a.get().starts_with('"'));
+    if env.repository.is_some() || actor_is_string {
+        return Err(Rejection::new(
+            "timeline_schema",
+            "pre-2015 GitHub Timeline event (`repository` object / string `actor`); only the Events API schema (2015-01-01 onward) is supported",
+        ));
+    }
+    let id = required_str(env.id, "id")?;
+    if id.is_empty() {
+        return Err(Rejection::new("missing_field:id", "`id` is empty"));
+    }
+    let kind = required_str(env.kind, "type")?;
+    let created_raw = required_str(env.created_at, "created_at")?;
+    let created_at = parse_timestamp(&created_raw).ok_or_else(|| {
+        Rejection::new(
+            "bad_timestamp:created_at",
+            format!("`created_at` is not an RFC 3339 timestamp: {created_raw:?}"),
+        )
+    })?;
+    let actor: Option<Account> = optional(env.actor, "actor", "an object")?;
+    let repo: Option<Repo> = optional(env.repo, "repo", "an object")?;
+    let org: Option<Account> = optional(env.org, "org", "an object")?;
+    let public: Option<bool> = optional(env.public, "public", "a boolean")?;
+    let Some(payload_raw) = env.payload.filter(|p| p.get() != "null") else {
+        return Err(Rejection::new("missing_field:payload", "`payload` is missing or null"));
+    };
+    if !payload_raw.get().starts_with('{') {
+        return Err(Rejection::new(
+            "wrong_type:payload",
+            format!("`payload` must be an object, got {}", json_kind(payload_raw)),
+        ));
+    }
+    let payload: Payload = if has_typed_payload(&kind) {
+        serde_json::from_str(payload_raw.get()).map_err(|e| {
+            Rejection::new("bad_payload", format!("{kind} payload does not have the expected field types: {e}"))
+        })?
+    } else {
+        Payload::default()
+    };
+    let payload_trimmed = match kind.as_ref() {
+        "PullRequestEvent" | "PullRequestReviewEvent" | "PullRequestReviewCommentEvent" => payload
+            .pull_request
+            .as_ref()
+            .is_some_and(|pr| pr.user.is_none() && pr.title.is_none() && pr.state.is_none()),
+        "PushEvent" => payload.commits.is_none() && payload.size.is_none(),
+        _ => false,
+    };
+    let (actor_id, actor_login) = actor.map_or((None, None), |a| (a.id, a.login));
+    let (repo_id, repo_name) = repo.map_or((None, None), |r| (r.id, r.name));
+    Ok(Event {
+        id,
+        kind,
+        actor_id,
+        actor_login,
+        repo_id,
+        repo_name,
+        org_login: org.and_then(|o| o.login),
+        public,
+        created_at,
+        payload_raw: payload_raw.get(),
+        payload,
+        payload_trimmed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_events_api_line() {
+        let line = r#"{"id":"1","type":"PullRequestEvent","actor":{"id":5,"login":"al"},"repo":{"id":7,"name":"o/r"},"payload":{"action":"closed","number":3,"pull_request":{"number":3,"title":"Fix \"x\"","user":{"login":"al","type":"User"},"merged":true,"merged_at":"2015-01-01T15:00:00Z","base":{"ref":"main","sha":"b"},"head":{"ref":"f","sha":"h"}}},"public":true,"created_at":"2015-01-01T15:00:01Z"}"#;
+        let e = parse_line(line).unwrap();
+        assert_eq!(e.id, "1");
+        assert_eq!(e.created_at, 1_420_124_401_000_000);
+        let pr = e.payload.pull_request.as_ref().unwrap();
+        assert_eq!(pr.title.as_deref(), Some("Fix \"x\""));
+        assert_eq!(pr.merged, Some(true));
+        assert!(!e.payload_trimmed);
+        assert!(e.payload_raw.starts_with("{\"action\""));
+    }
+
+    #[test]
+    fn trimmed_pr_stub_is_flagged_not_rejected() {
+        let line = r#"{"id":"9","type":"PullRequestEvent","actor":{"id":1,"login":"a"},"repo":{"id":2,"name":"o/r"},"payload":{"action":"merged","number":4,"pull_request":{"id":11,"number":4,"url":"u","head":{"ref":"f","sha":"h","repo":{"id":2,"url":"u","name":"r"}},"base":{"ref":"main","sha":"b","repo":{"id":2,"url":"u","name":"r"}}}},"public":true,"created_at":"2025-12-01T00:00:00Z"}"#;
+        let e = parse_line(line).unwrap();
+        assert!(e.payload_trimmed);
+        assert_eq!(e.payload.pull_request.as_ref().unwrap().merged, None);
+    }
+
+    #[test]
+    fn rejections_name_the_problem() {
+        let code = |l: &str| parse_line(l).unwrap_err().code;
+        assert_eq!(code("{\"id\":\"1\""), "invalid_json");
+        assert_eq!(code("[1,2]"), "not_an_object");
+        assert_eq!(code(r#"{"type":"X","created_at":"2015-01-01T00:00:00Z","payload":{}}"#), "missing_field:id");
+        assert_eq!(code(r#"{"id":5,"type":"X","created_at":"2015-01-01T00:00:00Z","payload":{}}"#), "wrong_type:id");
+        assert_eq!(code(r#"{"id":"5","type":"X","created_at":"yesterday","payload":{}}"#), "bad_timestamp:created_at");
+        assert_eq!(
+            code(
+                r#"{"repository":{"name":"r"},"actor":"bob","type":"PushEvent","created_at":"2012-03-10T22:34:47-08:00","payload":{}}"#
+            ),
+            "timeline_schema"
+        );
+        assert_eq!(
+            code(
+                r#"{"id":"5","type":"IssuesEvent","created_at":"2015-01-01T00:00:00Z","payload":{"issue":{"number":"x"}}}"#
+            ),
+            "bad_payload"
+        );
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(parse_timestamp("1970-01-01T00:00:01Z"), Some(1_000_000));
+        assert_eq!(parse_timestamp("1970-01-01T01:00:01+01:00"), Some(1_000_000));
+        assert_eq!(parse_timestamp("2015-02-30T00:00:00Z"), None);
+    }
+}

@@ -1,0 +1,384 @@
+//! GH Archive ingest: hour files → the Delta tables `events` and `events_rejected`.
+//!
+//! Each file is streamed (decompress → split lines → parse → Arrow batches → Parquet) on one
+//! thread with bounded memory, then committed per file: the file's previous rows, if any,
+//! are replaced in the same transaction that adds the new ones, so re-ingesting an hour is
+//! idempotent and an interrupted run that is restarted ends with the same tables. Every line
+//! either becomes an event or a rejection row; the summary reconciles
+//! `lines_read = events_written + rejected` per file.
+//!
+//! Not here: turning events into pull requests (`prs`), scheduling (`jobs`).
+
+pub mod batch;
+pub mod event;
+pub mod reader;
+pub mod source;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use indicatif::ProgressBar;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::jobs::runs::{self, RunRecord};
+use crate::lake::{writer_properties, Lake, StagedFile, TableWriter};
+use crate::progress;
+use batch::{
+    EventsBuilder, RejectedBuilder, EVENTS, EVENTS_REJECTED, EVENTS_SCHEMA, EVENT_DATE, LONG_TEXT_COLUMNS,
+    REJECTED_SCHEMA,
+};
+use event::{parse_line, Rejection};
+use reader::{Compression, Line, LineReader};
+use source::{Hour, SourceFile};
+
+/// Settings of one ingest run.
+#[derive(Debug, Clone)]
+pub struct IngestOptions {
+    pub source: String,
+    pub from: Option<Hour>,
+    pub to: Option<Hour>,
+    /// Re-ingest files already recorded as done (same key and size).
+    pub force: bool,
+    /// Lines longer than this are rejected (`line_too_long`).
+    pub max_line_bytes: usize,
+    /// How much of a rejected line is kept in `events_rejected.raw`.
+    pub raw_keep_bytes: usize,
+    /// Files processed at once (each on its own thread).
+    pub jobs: usize,
+    /// Rows per Arrow batch before it is handed to the Parquet writer.
+    pub batch_rows: usize,
+    pub show_progress: bool,
+}
+
+impl Default for IngestOptions {
+    fn default() -> Self {
+        IngestOptions {
+            source: String::new(),
+            from: None,
+            to: None,
+            force: false,
+            max_line_bytes: 8 << 20,
+            raw_keep_bytes: 64 << 10,
+            jobs: 2,
+            batch_rows: 8192,
+            show_progress: true,
+        }
+    }
+}
+
+/// What happened to one source file.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FileSummary {
+    pub key: String,
+    pub source_file: String,
+    /// Already ingested with the same size; nothing was read.
+    pub skipped: bool,
+    pub lines_read: u64,
+    pub events_written: u64,
+    pub rejected: u64,
+    pub rejected_by_reason: BTreeMap<String, u64>,
+    pub events_by_type: BTreeMap<String, u64>,
+    pub compressed_bytes: u64,
+    pub json_bytes: u64,
+    pub seconds: f64,
+    pub events_version: Option<i64>,
+}
+
+/// What a whole run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct IngestSummary {
+    pub files: Vec<FileSummary>,
+    pub files_ingested: u64,
+    pub files_skipped: u64,
+    pub lines_read: u64,
+    pub events_written: u64,
+    pub rejected: u64,
+    pub seconds: f64,
+}
+
+impl IngestSummary {
+    /// Every ingested file satisfies `lines_read == events_written + rejected`.
+    pub fn reconciles(&self) -> bool {
+        self.files.iter().all(|f| f.skipped || f.lines_read == f.events_written + f.rejected)
+    }
+
+    pub fn render_text(&self) -> String {
+        let mut s = String::new();
+        s.push_str(&format!(
+            "{:<24} {:>10} {:>10} {:>9}  {}\n",
+            "source", "lines", "events", "rejected", "rejections by reason"
+        ));
+        for f in &self.files {
+            if f.skipped {
+                s.push_str(&format!(
+                    "{:<24} {:>10} {:>10} {:>9}  already ingested (use --force to redo)\n",
+                    f.source_file, "-", "-", "-"
+                ));
+                continue;
+            }
+            let reasons: Vec<String> = f.rejected_by_reason.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            s.push_str(&format!(
+                "{:<24} {:>10} {:>10} {:>9}  {}\n",
+                f.source_file,
+                f.lines_read,
+                f.events_written,
+                f.rejected,
+                reasons.join(", ")
+            ));
+        }
+        s.push_str(&format!(
+            "{} file(s) ingested, {} skipped: {} lines = {} events + {} rejected, in {:.1}s{}\n",
+            self.files_ingested,
+            self.files_skipped,
+            self.lines_read,
+            self.events_written,
+            self.rejected,
+            self.seconds,
+            if self.reconciles() { "" } else { "  (DOES NOT RECONCILE)" }
+        ));
+        s
+    }
+}
+
+/// The result of streaming one file into staged Parquet files.
+struct Parsed {
+    summary: FileSummary,
+    events: Vec<StagedFile>,
+    rejected: Vec<StagedFile>,
+}
+
+/// Ingests every file of `opts.source` into the lake.
+pub async fn ingest(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> {
+    let started = Instant::now();
+    let sources = source::list_sources(&opts.source, opts.from, opts.to).await?;
+    let mut events_table = lake.ensure_table(EVENTS, &EVENTS_SCHEMA, &[EVENT_DATE]).await?;
+    let mut rejected_table = lake.ensure_table(EVENTS_REJECTED, &REJECTED_SCHEMA, &[]).await?;
+    let done: HashMap<String, RunRecord> =
+        if opts.force { HashMap::new() } else { runs::latest_ok(lake, "ingest").await? };
+
+    let mut summary = IngestSummary::default();
+    let mut todo = Vec::new();
+    for s in sources {
+        let already = done.get(&s.key).is_some_and(|r| {
+            let recorded = r.detail.get("size").and_then(|v| v.as_u64());
+            s.size.is_none() || recorded == s.size
+        });
+        if already {
+            summary.files.push(FileSummary {
+                key: s.key.clone(),
+                source_file: s.name.clone(),
+                skipped: true,
+                ..Default::default()
+            });
+            summary.files_skipped += 1;
+        } else {
+            todo.push(s);
+        }
+    }
+
+    let mp = progress::multi(opts.show_progress);
+    let overall = mp.add(progress::count_bar(todo.len() as u64, "files"));
+    let download_dir = tempfile::tempdir().context("creating a download directory")?;
+    let jobs = opts.jobs.max(1);
+    let mut stream = futures::stream::iter(todo.into_iter().map(|s| {
+        let lake = lake.clone();
+        let opts = opts.clone();
+        let mp = mp.clone();
+        let dir = download_dir.path().to_path_buf();
+        async move {
+            let local = source::fetch(&s, &dir).await?;
+            let bar = mp.add(progress::bytes_bar(
+                s.size.unwrap_or_else(|| std::fs::metadata(&local).map(|m| m.len()).unwrap_or(0)),
+                &s.name,
+            ));
+            let parsed = {
+                let s = s.clone();
+                let local = local.clone();
+                let bar = bar.clone();
+                tokio::task::spawn_blocking(move || parse_file(&lake, &s, &local, &opts, &bar)).await??
+            };
+            bar.finish_and_clear();
+            mp.remove(&bar);
+            if matches!(s.location, source::Location::Remote { .. }) {
+                // Downloads are transient; a failed removal only leaves a temp file behind.
+                let _ = std::fs::remove_file(&local);
+            }
+            anyhow::Ok((s, parsed))
+        }
+    }))
+    .buffer_unordered(jobs);
+
+    while let Some(result) = stream.next().await {
+        let (s, parsed) = result?;
+        let Parsed { summary: mut file, events, rejected } = parsed;
+        let predicate = format!("source_file = '{}'", s.name.replace('\'', "''"));
+        let meta = HashMap::from([
+            ("swelake.job".to_string(), json!("ingest")),
+            ("swelake.source_key".to_string(), json!(s.key)),
+        ]);
+        file.events_version =
+            lake.replace_key(&mut events_table, &s.key, events, predicate.clone(), meta.clone()).await?;
+        lake.replace_key(&mut rejected_table, &s.key, rejected, predicate, meta).await?;
+        let detail = json!({
+            "source": s.location.to_string(),
+            "size": s.size,
+            "rejected_by_reason": file.rejected_by_reason,
+        });
+        runs::record(
+            lake,
+            RunRecord::ok(
+                "ingest",
+                &s.key,
+                file.lines_read,
+                file.events_written,
+                file.rejected,
+                file.events_version,
+                detail,
+            )
+            .timed(file.seconds),
+        )
+        .await?;
+        tracing::info!(
+            source = %s.name,
+            lines = file.lines_read,
+            events = file.events_written,
+            rejected = file.rejected,
+            "ingested"
+        );
+        summary.files_ingested += 1;
+        summary.lines_read += file.lines_read;
+        summary.events_written += file.events_written;
+        summary.rejected += file.rejected;
+        summary.files.push(file);
+        overall.inc(1);
+    }
+    overall.finish_and_clear();
+    summary.files.sort_by(|a, b| a.key.cmp(&b.key));
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+fn lossy_prefix(bytes: &[u8], keep: usize) -> String {
+    let cut = &bytes[..bytes.len().min(keep)];
+    let s = String::from_utf8_lossy(cut).into_owned();
+    s
+}
+
+/// Streams one local file into staged Parquet files of both tables.
+fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, bar: &ProgressBar) -> Result<Parsed> {
+    let t0 = Instant::now();
+    let counter = Arc::new(AtomicU64::new(0));
+    let decoded = reader::open_decoded(local, Compression::from_name(&s.name), counter.clone())
+        .with_context(|| format!("opening {}", local.display()))?;
+    let mut lines = LineReader::new(decoded, opts.max_line_bytes);
+    let mut events =
+        TableWriter::new(lake, EVENTS, &s.key, &EVENTS_SCHEMA, Some(EVENT_DATE), writer_properties(LONG_TEXT_COLUMNS))?;
+    let mut rejected_writer =
+        TableWriter::new(lake, EVENTS_REJECTED, &s.key, &REJECTED_SCHEMA, None, writer_properties(&["raw"]))?;
+    let mut builder = EventsBuilder::new(opts.batch_rows);
+    let mut rejected = RejectedBuilder::default();
+    let mut seen_ids: HashSet<Box<str>> = HashSet::new();
+    let mut summary = FileSummary { key: s.key.clone(), source_file: s.name.clone(), ..Default::default() };
+    let now = chrono::Utc::now().timestamp_micros();
+    let mut line_no: u64 = 0;
+
+    let reject = |summary: &mut FileSummary,
+                  rejected: &mut RejectedBuilder,
+                  line_no: u64,
+                  r: Rejection,
+                  raw: &[u8],
+                  total: usize| {
+        *summary.rejected_by_reason.entry(r.code.clone()).or_default() += 1;
+        summary.rejected += 1;
+        rejected.push(&s.name, line_no, &r, &lossy_prefix(raw, opts.raw_keep_bytes), total, now);
+    };
+
+    while let Some(line) = lines.next_line() {
+        line_no += 1;
+        match line {
+            Line::Complete(bytes) => {
+                if bytes.iter().all(|b| b.is_ascii_whitespace()) {
+                    reject(
+                        &mut summary,
+                        &mut rejected,
+                        line_no,
+                        Rejection::new("empty_line", "the line is blank"),
+                        bytes,
+                        bytes.len(),
+                    );
+                } else {
+                    match std::str::from_utf8(bytes) {
+                        Err(e) => reject(
+                            &mut summary,
+                            &mut rejected,
+                            line_no,
+                            Rejection::new("invalid_utf8", format!("invalid UTF-8 at byte {}", e.valid_up_to())),
+                            bytes,
+                            bytes.len(),
+                        ),
+                        Ok(text) => match parse_line(text) {
+                            Ok(ev) => {
+                                if seen_ids.insert(Box::from(ev.id.as_ref())) {
+                                    *summary.events_by_type.entry(ev.kind.to_string()).or_default() += 1;
+                                    builder.push(&ev, &s.name, line_no);
+                                    summary.events_written += 1;
+                                } else {
+                                    let r = Rejection::new(
+                                        "duplicate_id",
+                                        format!("event id {} already appeared earlier in this file", ev.id),
+                                    );
+                                    reject(&mut summary, &mut rejected, line_no, r, bytes, bytes.len());
+                                }
+                            }
+                            Err(r) => reject(&mut summary, &mut rejected, line_no, r, bytes, bytes.len()),
+                        },
+                    }
+                }
+            }
+            Line::TooLong { prefix, total } => {
+                let r = Rejection::new(
+                    "line_too_long",
+                    format!("{total} bytes, over the {} byte limit (--max-line-bytes)", opts.max_line_bytes),
+                );
+                reject(&mut summary, &mut rejected, line_no, r, prefix, total);
+            }
+            Line::StreamError { partial, total, error } => {
+                let code = match (Compression::from_name(&s.name), error.kind()) {
+                    (Compression::Gzip, std::io::ErrorKind::UnexpectedEof) => "truncated_gzip",
+                    (Compression::Gzip, _) => "corrupt_gzip",
+                    _ => "read_error",
+                };
+                let r = Rejection::new(
+                    code,
+                    format!("the stream ended in error after {} good lines: {error}", line_no - 1),
+                );
+                reject(&mut summary, &mut rejected, line_no, r, partial, total);
+            }
+        }
+        if builder.len() >= opts.batch_rows || builder.bytes() >= 48 << 20 {
+            events.write(&builder.finish())?;
+        }
+        if line_no % 4096 == 0 {
+            bar.set_position(counter.load(Ordering::Relaxed));
+        }
+    }
+    if !builder.is_empty() {
+        events.write(&builder.finish())?;
+    }
+    if !rejected.is_empty() {
+        rejected_writer.write(&rejected.finish())?;
+    }
+    summary.lines_read = line_no;
+    summary.compressed_bytes = counter.load(Ordering::Relaxed);
+    summary.json_bytes = lines.bytes_read();
+    let events = events.finish()?;
+    let rejected = rejected_writer.finish()?;
+    summary.seconds = t0.elapsed().as_secs_f64();
+    Ok(Parsed { summary, events, rejected })
+}

@@ -1,0 +1,371 @@
+//! The lake: a directory of Delta tables, one per name, and the few operations every stage
+//! needs on them — create with a schema, write Parquet files, replace the files one *key*
+//! produced in a single transaction, append, and register everything in a DataFusion session.
+//!
+//! Replacement by key is what makes jobs idempotent: each data file's name starts with the
+//! key of the input that produced it (`2015-01-01-15.<uuid>.parquet`), and a rerun for that
+//! key removes those files and adds the new ones in one commit, so readers see either the old
+//! rows or the new ones, never both or neither.
+//!
+//! Not here: what goes into the tables (the stage modules) and object-store lakes, which need
+//! deltalake's store handlers (see README, "Object storage").
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Schema, SchemaRef};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use deltalake::kernel::engine::arrow_conversion::TryIntoKernel;
+use deltalake::kernel::transaction::{CommitBuilder, CommitProperties};
+use deltalake::kernel::{Action, Add, StructType};
+use deltalake::protocol::{DeltaOperation, SaveMode};
+use deltalake::DeltaTable;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, ZstdLevel};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+use serde_json::Value;
+use url::Url;
+
+/// A lake rooted at a local directory.
+#[derive(Debug, Clone)]
+pub struct Lake {
+    root: PathBuf,
+    url: Url,
+}
+
+/// A Parquet file written into a table directory but not yet committed.
+#[derive(Debug, Clone)]
+pub struct StagedFile {
+    /// Path relative to the table root, as recorded in the Delta log.
+    pub rel_path: String,
+    pub partition_values: HashMap<String, Option<String>>,
+    pub size: i64,
+    pub num_records: i64,
+}
+
+impl StagedFile {
+    fn into_add(self) -> Add {
+        Add {
+            path: self.rel_path,
+            partition_values: self.partition_values,
+            size: self.size,
+            modification_time: chrono::Utc::now().timestamp_millis(),
+            data_change: true,
+            stats: Some(format!("{{\"numRecords\":{}}}", self.num_records)),
+            ..Default::default()
+        }
+    }
+}
+
+/// Writer settings for a table: zstd, and no dictionary or statistics on long unique text.
+pub fn writer_properties(long_text_columns: &[&str]) -> WriterProperties {
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("valid zstd level")))
+        .set_max_row_group_row_count(Some(64 * 1024))
+        .set_created_by(format!("swelake {}", env!("CARGO_PKG_VERSION")));
+    for c in long_text_columns {
+        let path = ColumnPath::from(*c);
+        b = b
+            .set_column_dictionary_enabled(path.clone(), false)
+            .set_column_statistics_enabled(path, EnabledStatistics::None);
+    }
+    b.build()
+}
+
+impl Lake {
+    /// Opens (creating if needed) the lake at a local directory or `file://` URL.
+    pub fn open(location: &str) -> Result<Lake> {
+        let path = if let Some(rest) = location.strip_prefix("file://") {
+            PathBuf::from(rest)
+        } else if location.contains("://") {
+            bail!(
+                "lake {location:?}: only local directories (or file:// URLs) can hold a lake in this build; \
+                 object-store lakes are not wired yet (ingest can still read sources from object stores)"
+            );
+        } else {
+            PathBuf::from(location)
+        };
+        std::fs::create_dir_all(&path).with_context(|| format!("creating lake directory {}", path.display()))?;
+        let root = path.canonicalize().with_context(|| format!("resolving {}", path.display()))?;
+        let url = Url::from_directory_path(&root)
+            .map_err(|_| anyhow::anyhow!("{} is not an absolute path", root.display()))?;
+        Ok(Lake { root, url })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn table_dir(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
+
+    pub fn table_url(&self, name: &str) -> Url {
+        self.url.join(&format!("{name}/")).expect("table names are plain path segments")
+    }
+
+    /// Whether a Delta table of this name exists.
+    pub fn has_table(&self, name: &str) -> bool {
+        self.table_dir(name).join("_delta_log").is_dir()
+    }
+
+    /// Names of all Delta tables in the lake, sorted.
+    pub fn tables(&self) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.root).with_context(|| format!("listing {}", self.root.display()))? {
+            let entry = entry?;
+            if entry.path().join("_delta_log").is_dir() {
+                if let Some(name) = entry.file_name().to_str() {
+                    out.push(name.to_string());
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Opens a table, which must exist.
+    pub async fn open_table(&self, name: &str) -> Result<DeltaTable> {
+        if !self.has_table(name) {
+            bail!("table `{name}` does not exist in lake {}", self.root.display());
+        }
+        deltalake::open_table(self.table_url(name)).await.with_context(|| format!("opening table `{name}`"))
+    }
+
+    /// Opens a table, creating it empty with `schema` (partition columns included, listed in
+    /// `partition_by`) when missing. An existing table must have the same column names.
+    pub async fn ensure_table(&self, name: &str, schema: &Schema, partition_by: &[&str]) -> Result<DeltaTable> {
+        if self.has_table(name) {
+            let table = self.open_table(name).await?;
+            let existing = table.snapshot()?.snapshot().arrow_schema();
+            let have: Vec<&str> = existing.fields().iter().map(|f| f.name().as_str()).collect();
+            let want: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            if have != want {
+                bail!(
+                    "table `{name}` has columns {have:?} but this version of swelake writes {want:?}; \
+                     move the old table away or migrate it"
+                );
+            }
+            return Ok(table);
+        }
+        let kernel: StructType = schema.try_into_kernel().with_context(|| format!("schema of `{name}`"))?;
+        let dir = self.table_dir(name);
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        // A handle without loading: probing a table that does not exist yet logs errors.
+        let table = deltalake::DeltaTableBuilder::from_url(self.table_url(name))?.build()?;
+        let table = table
+            .create()
+            .with_table_name(name)
+            .with_columns(kernel.fields().cloned())
+            .with_partition_columns(partition_by.iter().map(|s| s.to_string()))
+            .await
+            .with_context(|| format!("creating table `{name}`"))?;
+        Ok(table)
+    }
+
+    /// Commits `files` as the complete output of `key`: removes every active file whose name
+    /// starts with `{key}.` and adds the new ones, in one transaction. Returns the new table
+    /// version, or `None` when there was nothing to add or remove.
+    pub async fn replace_key(
+        &self,
+        table: &mut DeltaTable,
+        key: &str,
+        files: Vec<StagedFile>,
+        predicate: String,
+        app_metadata: HashMap<String, Value>,
+    ) -> Result<Option<i64>> {
+        let prefix = format!("{key}.");
+        let snapshot = table.snapshot()?;
+        let partition_by = snapshot.metadata().partition_columns().to_vec();
+        let mut actions: Vec<Action> = snapshot
+            .log_data()
+            .iter()
+            .filter(|f| f.path().rsplit('/').next().is_some_and(|n| n.starts_with(&prefix)))
+            .map(|f| Action::Remove(f.remove_action(true)))
+            .collect();
+        actions.extend(files.into_iter().map(|f| Action::Add(f.into_add())));
+        if actions.is_empty() {
+            return Ok(None);
+        }
+        let op = DeltaOperation::Write {
+            mode: SaveMode::Overwrite,
+            partition_by: (!partition_by.is_empty()).then(|| partition_by.to_vec()),
+            predicate: Some(predicate),
+        };
+        let commit = CommitBuilder::from(CommitProperties::default().with_metadata(app_metadata))
+            .with_actions(actions)
+            .build(Some(snapshot), table.log_store(), op)
+            .await
+            .with_context(|| format!("committing key {key}"))?;
+        let version = commit.version as i64;
+        table.load().await?;
+        Ok(Some(version))
+    }
+
+    /// Appends batches to a table (small bookkeeping tables; bulk data uses staged files).
+    pub async fn append(&self, table: DeltaTable, batches: Vec<RecordBatch>) -> Result<DeltaTable> {
+        if batches.iter().all(|b| b.num_rows() == 0) {
+            return Ok(table);
+        }
+        table.write(batches).with_save_mode(SaveMode::Append).await.context("appending to table")
+    }
+
+    /// A DataFusion session with every table of the lake registered under its name and all
+    /// swelake UDFs available.
+    pub async fn session(&self) -> Result<SessionContext> {
+        let config = SessionConfig::new().with_information_schema(true);
+        let ctx = SessionContext::new_with_config(config);
+        crate::udfs::register_all(&ctx);
+        for name in self.tables()? {
+            let table = self.open_table(&name).await?;
+            table.update_datafusion_session(&ctx.state())?;
+            let provider = table.table_provider().await.with_context(|| format!("reading table `{name}`"))?;
+            ctx.register_table(name.as_str(), provider)?;
+        }
+        Ok(ctx)
+    }
+}
+
+/// Writes record batches of one table into Parquet files under the table directory, one
+/// open file per partition value, named `{key}.{uuid}.parquet`.
+pub struct TableWriter {
+    table_dir: PathBuf,
+    key: String,
+    file_schema: SchemaRef,
+    /// Index of the partition column in incoming batches (dropped from the file data).
+    partition: Option<(usize, String)>,
+    props: WriterProperties,
+    open: HashMap<String, (ArrowWriter<File>, String, i64)>,
+    done: Vec<StagedFile>,
+}
+
+impl TableWriter {
+    /// `schema` is the full table schema; `partition_col`, if any, must be a Date32 or Utf8
+    /// column of it.
+    pub fn new(
+        lake: &Lake,
+        table: &str,
+        key: &str,
+        schema: &Schema,
+        partition_col: Option<&str>,
+        props: WriterProperties,
+    ) -> Result<Self> {
+        let partition = match partition_col {
+            Some(p) => Some((schema.index_of(p)?, p.to_string())),
+            None => None,
+        };
+        let fields: Vec<_> = schema
+            .fields()
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| partition.as_ref().is_none_or(|(pi, _)| pi != i))
+            .map(|(_, f)| f.clone())
+            .collect();
+        Ok(TableWriter {
+            table_dir: lake.table_dir(table),
+            key: key.to_string(),
+            file_schema: Arc::new(Schema::new(fields)),
+            partition,
+            props,
+            open: HashMap::new(),
+            done: Vec::new(),
+        })
+    }
+
+    /// The partition value of every row, as Delta writes it in paths and the log.
+    fn partition_values(&self, batch: &RecordBatch) -> Result<Vec<String>> {
+        let (idx, _) = self.partition.as_ref().expect("called only for partitioned tables");
+        let col = batch.column(*idx);
+        let fmt = arrow::util::display::ArrayFormatter::try_new(col.as_ref(), &Default::default())?;
+        Ok((0..batch.num_rows()).map(|r| fmt.value(r).to_string()).collect())
+    }
+
+    /// Whether every row has the same partition value (the common case: one hour, one day),
+    /// checked without formatting each row.
+    fn single_partition(&self, batch: &RecordBatch) -> bool {
+        use arrow::array::{Array, AsArray};
+        let (idx, _) = self.partition.as_ref().expect("called only for partitioned tables");
+        let col = batch.column(*idx);
+        if col.null_count() > 0 {
+            return false;
+        }
+        match col.data_type() {
+            arrow::datatypes::DataType::Date32 => {
+                let v = col.as_primitive::<arrow::datatypes::Date32Type>().values();
+                v.iter().all(|x| *x == v[0])
+            }
+            arrow::datatypes::DataType::Utf8 => {
+                let a = col.as_string::<i32>();
+                (0..a.len()).all(|i| a.value(i) == a.value(0))
+            }
+            _ => false,
+        }
+    }
+
+    /// Writes one batch (rows may span several partition values).
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let Some((idx, _)) = self.partition.clone() else {
+            return self.write_to(String::new(), batch.clone());
+        };
+        let data = batch.project(&(0..batch.num_columns()).filter(|i| *i != idx).collect::<Vec<_>>())?;
+        if self.single_partition(batch) {
+            let value = self.partition_values(&batch.slice(0, 1))?.remove(0);
+            return self.write_to(value, data);
+        }
+        let values = self.partition_values(batch)?;
+        let mut distinct = values.clone();
+        distinct.sort();
+        distinct.dedup();
+        for v in distinct {
+            let mask: arrow::array::BooleanArray = values.iter().map(|x| Some(*x == v)).collect();
+            let part = arrow::compute::filter_record_batch(&data, &mask)?;
+            self.write_to(v, part)?;
+        }
+        Ok(())
+    }
+
+    fn write_to(&mut self, value: String, data: RecordBatch) -> Result<()> {
+        if !self.open.contains_key(&value) {
+            let dir_rel = match &self.partition {
+                Some((_, col)) => format!("{col}={value}/"),
+                None => String::new(),
+            };
+            let rel = format!("{dir_rel}{}.{}.parquet", self.key, uuid::Uuid::new_v4());
+            let path = self.table_dir.join(&rel);
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
+            }
+            let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+            let writer = ArrowWriter::try_new(file, self.file_schema.clone(), Some(self.props.clone()))?;
+            self.open.insert(value.clone(), (writer, rel, 0));
+        }
+        let (writer, _, rows) = self.open.get_mut(&value).expect("inserted above");
+        writer.write(&data)?;
+        *rows += data.num_rows() as i64;
+        Ok(())
+    }
+
+    /// Closes every file and returns them for commit.
+    pub fn finish(mut self) -> Result<Vec<StagedFile>> {
+        let mut open: Vec<_> = self.open.drain().collect();
+        open.sort_by(|a, b| a.0.cmp(&b.0));
+        for (value, (writer, rel, rows)) in open {
+            writer.close()?;
+            let size = std::fs::metadata(self.table_dir.join(&rel))?.len() as i64;
+            let mut partition_values = HashMap::new();
+            if let Some((_, col)) = &self.partition {
+                partition_values.insert(col.clone(), Some(value));
+            }
+            self.done.push(StagedFile { rel_path: rel, partition_values, size, num_records: rows });
+        }
+        Ok(self.done)
+    }
+}

@@ -1,0 +1,16 @@
+//! swelake: batch lakehouse jobs that turn GH Archive events and git history into SWE-RL
+//! training data. Each stage is a module with a library entry point; the `swelake` binary
+//! (`cli`) is a thin shell over them.
+
+pub mod bench;
+pub mod cli;
+pub mod demo;
+pub mod ingest;
+pub mod jobs;
+pub mod lake;
+pub mod progress;
+pub mod prs;
+pub mod reward;
+pub mod schema;
+pub mod sql;
+pub mod udfs;

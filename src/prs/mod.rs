@@ -1,0 +1,3 @@
+//! Pull-request tables: PRs, issues, timelines and the issues a PR resolves.
+
+pub mod links;

@@ -1,0 +1,152 @@
+//! Scoring reward cases in bulk: JSON lines in, JSON lines out, in input order, on a
+//! bounded thread pool, never more than one chunk of lines in memory.
+//!
+//! Input lines (DESIGN.md §2) are
+//! `{"id","kind":"search_replace","context":{path:content},"oracle":{path:new},"output":"…"}`,
+//! `{"id","kind":"unidiff","oracle_patches":[…],"pred_patches":[…]}`, or
+//! `{"id","kind":"general","context":{…},"oracle":{…},"pred":{…}}` (predicted new contents).
+//! Each output line carries the same `id`, `reward`, `format_error` and per-file
+//! `similarities`; a line that cannot be scored gets `"reward": null` and an `error`, and the
+//! batch goes on.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+
+use anyhow::Context as _;
+use rayon::prelude::*;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{general_reward, search_replace_reward, unidiff_reward, Reward};
+
+/// One reward case as it appears in the JSONL input.
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Case {
+    SearchReplace { context: BTreeMap<String, String>, oracle: BTreeMap<String, String>, output: String },
+    Unidiff { oracle_patches: Vec<String>, pred_patches: Vec<String> },
+    General { context: BTreeMap<String, String>, oracle: BTreeMap<String, String>, pred: BTreeMap<String, String> },
+}
+
+impl Case {
+    pub fn score(&self) -> Result<Reward, String> {
+        match self {
+            Case::SearchReplace { context, oracle, output } => {
+                search_replace_reward(context, oracle, output).map_err(|e| e.to_string())
+            }
+            Case::Unidiff { oracle_patches, pred_patches } => Ok(unidiff_reward(oracle_patches, pred_patches)),
+            Case::General { context, oracle, pred } => general_reward(context, oracle, pred).map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// Scores one input line into one output line (without the newline). Errors are data.
+pub fn score_line(line: &str, line_number: usize) -> (Value, bool) {
+    let value: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => {
+            return (
+                json!({"id": null, "line": line_number, "reward": null, "error": format!("invalid JSON: {e}")}),
+                false,
+            )
+        }
+    };
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    let case: Case = match serde_json::from_value(value) {
+        Ok(c) => c,
+        Err(e) => {
+            return (
+                json!({"id": id, "line": line_number, "reward": null, "error": format!("invalid case: {e}")}),
+                false,
+            )
+        }
+    };
+    match case.score() {
+        Ok(r) => (
+            json!({"id": id, "reward": r.reward, "format_error": r.format_error, "similarities": r.similarities}),
+            true,
+        ),
+        Err(e) => (json!({"id": id, "line": line_number, "reward": null, "error": e}), false),
+    }
+}
+
+/// Totals of a batch run.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct BatchSummary {
+    pub lines: usize,
+    pub scored: usize,
+    pub errors: usize,
+}
+
+const CHUNK_LINES: usize = 4096;
+
+/// Scores every non-blank line of `input` into `output` using `pool`.
+pub fn score_stream(
+    input: impl BufRead,
+    mut output: impl Write,
+    pool: &rayon::ThreadPool,
+) -> anyhow::Result<BatchSummary> {
+    let mut summary = BatchSummary::default();
+    let mut chunk: Vec<(usize, String)> = Vec::with_capacity(CHUNK_LINES);
+    let mut lines = input.lines().enumerate();
+    loop {
+        chunk.clear();
+        for (i, line) in lines.by_ref() {
+            let line = line.with_context(|| format!("reading input line {}", i + 1))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            chunk.push((i + 1, line));
+            if chunk.len() == CHUNK_LINES {
+                break;
+            }
+        }
+        if chunk.is_empty() {
+            break;
+        }
+        let results: Vec<(Value, bool)> =
+            pool.install(|| chunk.par_iter().map(|(n, line)| score_line(line, *n)).collect());
+        for (value, ok) in results {
+            summary.lines += 1;
+            if ok {
+                summary.scored += 1;
+            } else {
+                summary.errors += 1;
+            }
+            serde_json::to_writer(&mut output, &value)?;
+            output.write_all(b"\n")?;
+        }
+    }
+    output.flush()?;
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_lines_become_error_rows_and_order_is_kept() {
+        let input = concat!(
+            "{\"id\":\"a\",\"kind\":\"unidiff\",\"oracle_patches\":[],\"pred_patches\":[]}\n",
+            "not json\n",
+            "\n",
+            "{\"id\":\"c\",\"kind\":\"nope\"}\n",
+            "{\"id\":\"d\",\"kind\":\"search_replace\",\"context\":{},\"oracle\":{},\"output\":\"x\"}\n",
+        );
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+        let mut out = Vec::new();
+        let s = score_stream(input.as_bytes(), &mut out, &pool).unwrap();
+        assert_eq!(s, BatchSummary { lines: 4, scored: 2, errors: 2 });
+        let rows: Vec<Value> =
+            String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(rows[0]["id"], "a");
+        assert_eq!(rows[0]["reward"], 1.0);
+        assert_eq!(rows[1]["line"], 2);
+        assert!(rows[1]["error"].as_str().unwrap().starts_with("invalid JSON"));
+        assert_eq!(rows[2]["id"], "c");
+        assert!(rows[2]["reward"].is_null());
+        assert_eq!(rows[3]["reward"], -1.0);
+        assert_eq!(rows[3]["format_error"], "count of <think> is not 1");
+    }
+}

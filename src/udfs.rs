@@ -1,0 +1,9 @@
+//! Every swelake SQL function, registered in one place so `swelake sql`, the jobs and the
+//! tests all see the same set.
+
+use datafusion::prelude::SessionContext;
+
+pub fn register_all(ctx: &SessionContext) {
+    ctx.register_udf(crate::reward::udf::swerl_reward_udf());
+    ctx.register_udf(crate::reward::udf::swerl_format_error_udf());
+}

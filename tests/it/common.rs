@@ -1,0 +1,55 @@
+use std::path::PathBuf;
+
+/// The read-only shared data directory: `$SWELAKE_SHARED`, else `../shared` next to the
+/// repository. Tests that need it fail loudly when it is missing rather than passing vacuously.
+pub fn shared() -> PathBuf {
+    let candidates = [
+        std::env::var_os("SWELAKE_SHARED").map(PathBuf::from),
+        Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared")),
+    ];
+    for c in candidates.into_iter().flatten() {
+        if c.join("gharchive").is_dir() {
+            return c;
+        }
+    }
+    panic!("shared test data not found: set SWELAKE_SHARED to the directory holding gharchive/ and parity/");
+}
+
+pub fn gharchive(name: &str) -> PathBuf {
+    shared().join("gharchive").join(name)
+}
+
+/// Decompresses a real excerpt into its lines.
+pub fn read_lines(path: &std::path::Path) -> Vec<String> {
+    use std::io::BufRead;
+    let f = std::fs::File::open(path).unwrap();
+    std::io::BufReader::new(flate2::read::MultiGzDecoder::new(f)).lines().map(|l| l.unwrap()).collect()
+}
+
+pub fn quiet_ingest(source: &std::path::Path) -> swelake::ingest::IngestOptions {
+    swelake::ingest::IngestOptions {
+        source: source.to_string_lossy().into_owned(),
+        show_progress: false,
+        ..Default::default()
+    }
+}
+
+/// Runs a query and returns the first two columns as (string, i64) pairs.
+pub async fn pairs(lake: &swelake::lake::Lake, sql: &str) -> Vec<(String, i64)> {
+    use arrow::array::{Array, AsArray};
+    let batches = swelake::sql::query(lake, sql).await.unwrap();
+    let mut out = Vec::new();
+    for b in batches {
+        let k = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8).unwrap();
+        let v = arrow::compute::cast(b.column(1), &arrow::datatypes::DataType::Int64).unwrap();
+        let (k, v) = (k.as_string::<i32>(), v.as_primitive::<arrow::datatypes::Int64Type>());
+        for i in 0..b.num_rows() {
+            out.push((if k.is_null(i) { "NULL".to_string() } else { k.value(i).to_string() }, v.value(i)));
+        }
+    }
+    out
+}
+
+pub async fn count(lake: &swelake::lake::Lake, sql: &str) -> i64 {
+    pairs(lake, &format!("SELECT 'n', ({sql})")).await[0].1
+}

@@ -1,0 +1,7 @@
+//! Integration tests: one binary (each test binary links the whole dependency tree), one
+//! module per stage. They use real Delta tables in temp dirs and the real GH Archive excerpts
+//! and parity cases of `../shared` (never copied into the repository).
+
+mod common;
+mod ingest;
+mod reward;
