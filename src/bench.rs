@@ -169,8 +169,7 @@ pub async fn ingest(a: &IngestBenchArgs) -> Result<()> {
     let row = |name: &str, s: f64| println!("{name:<34} {s:>9.2} {:>12.0} {:>10.0}", rate(s), bytes as f64 / 1e6 / s);
     row("decompress + count lines (floor)", floor_s);
     row("swelake ingest", ingest_s);
-    let duck = have("python3", "-c")
-        && Command::new("python3").args(["-c", "import duckdb"]).status().map(|s| s.success()).unwrap_or(false);
+    let duck = Command::new("python3").args(["-c", "import duckdb"]).status().map(|s| s.success()).unwrap_or(false);
     let mut duck_s = None;
     if duck {
         let script = a.work.join("duckdb_bench.py");

@@ -118,6 +118,9 @@ struct IngestArgs {
     /// Files ingested in parallel (each uses one core).
     #[arg(long, default_value_t = default_jobs())]
     jobs: usize,
+    /// Parquet codec of the event files.
+    #[arg(long, value_enum, default_value_t = crate::lake::Codec::Zstd)]
+    compression: crate::lake::Codec,
 }
 
 #[derive(Args, Debug)]
@@ -233,6 +236,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 force: a.force,
                 max_line_bytes: a.max_line_bytes,
                 jobs: a.jobs,
+                compression: a.compression,
                 show_progress: !quiet,
                 ..Default::default()
             };

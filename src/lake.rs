@@ -62,10 +62,35 @@ impl StagedFile {
     }
 }
 
-/// Writer settings for a table: zstd, and no dictionary or statistics on long unique text.
-pub fn writer_properties(long_text_columns: &[&str]) -> WriterProperties {
+/// Parquet codec of the files a job writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Codec {
+    /// zstd level 1: small files, fast enough for most lakes (default).
+    Zstd,
+    /// LZ4 (raw): faster to write, ~1.5x larger files.
+    Lz4,
+    /// Snappy: the most widely readable.
+    Snappy,
+    /// Uncompressed.
+    None,
+}
+
+impl Codec {
+    fn parquet(self) -> Compression {
+        match self {
+            Codec::Zstd => Compression::ZSTD(ZstdLevel::try_new(1).expect("valid zstd level")),
+            Codec::Lz4 => Compression::LZ4_RAW,
+            Codec::Snappy => Compression::SNAPPY,
+            Codec::None => Compression::UNCOMPRESSED,
+        }
+    }
+}
+
+/// Writer settings for a table: the codec, and no dictionary or statistics on long unique
+/// text (dictionaries of unique values only cost time before the writer gives up on them).
+pub fn writer_properties(long_text_columns: &[&str], codec: Codec) -> WriterProperties {
     let mut b = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("valid zstd level")))
+        .set_compression(codec.parquet())
         .set_max_row_group_row_count(Some(64 * 1024))
         .set_created_by(format!("swelake {}", env!("CARGO_PKG_VERSION")));
     for c in long_text_columns {

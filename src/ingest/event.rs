@@ -10,7 +10,6 @@
 use std::borrow::Cow;
 
 use serde::Deserialize;
-use serde_json::value::RawValue;
 
 /// Why a line was not ingested: a stable `code` for grouping and a human `detail`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,29 +184,6 @@ pub struct Payload<'a> {
     pub label: Option<Label<'a>>,
 }
 
-/// The top-level object, every field kept raw so a wrong type can be named precisely.
-#[derive(Deserialize)]
-struct Envelope<'a> {
-    #[serde(borrow, default)]
-    id: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "type")]
-    kind: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    actor: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    repo: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    repository: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    org: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    public: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    created_at: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    payload: Option<&'a RawValue>,
-}
-
 #[derive(Deserialize)]
 struct Account<'a> {
     #[serde(default)]
@@ -243,12 +219,12 @@ pub struct Event<'a> {
     pub payload_trimmed: bool,
 }
 
-fn is_null(raw: Option<&RawValue>) -> bool {
-    raw.is_none_or(|r| r.get() == "null")
+fn is_null(raw: Option<&str>) -> bool {
+    raw.is_none_or(|r| r == "null")
 }
 
-fn json_kind(raw: &RawValue) -> &'static str {
-    match raw.get().as_bytes().first() {
+fn json_kind(raw: &str) -> &'static str {
+    match raw.as_bytes().first() {
         Some(b'"') => "a string",
         Some(b'{') => "an object",
         Some(b'[') => "an array",
@@ -258,27 +234,29 @@ fn json_kind(raw: &RawValue) -> &'static str {
     }
 }
 
-fn required_str<'a>(raw: Option<&'a RawValue>, field: &str) -> Result<Cow<'a, str>, Rejection> {
-    let Some(raw) = raw.filter(|r| r.get() != "null") else {
-        return Err(Rejection::new(format!("missing_field:{field}"), format!("`{field}` is missing or null")));
-    };
-    serde_json::from_str::<Cow<'a, str>>(raw.get()).map_err(|_| {
-        Rejection::new(format!("wrong_type:{field}"), format!("`{field}` must be a string, got {}", json_kind(raw)))
-    })
+/// Classifies a serde error on a member's text: malformed JSON, or well-formed JSON of the
+/// wrong shape.
+fn span_error(e: serde_json::Error, field: &str, want: &str, raw: &str) -> Rejection {
+    if e.is_data() {
+        Rejection::new(format!("wrong_type:{field}"), format!("`{field}` must be {want}, got {}: {e}", json_kind(raw)))
+    } else {
+        Rejection::new("invalid_json", format!("in `{field}`: {e}"))
+    }
 }
 
-fn optional<'a, T: Deserialize<'a>>(
-    raw: Option<&'a RawValue>,
-    field: &str,
-    want: &str,
-) -> Result<Option<T>, Rejection> {
+fn required_str<'a>(raw: Option<&'a str>, field: &str) -> Result<Cow<'a, str>, Rejection> {
+    let Some(raw) = raw.filter(|r| *r != "null") else {
+        return Err(Rejection::new(format!("missing_field:{field}"), format!("`{field}` is missing or null")));
+    };
+    serde_json::from_str::<Cow<'a, str>>(raw).map_err(|e| span_error(e, field, "a string", raw))
+}
+
+fn optional<'a, T: Deserialize<'a>>(raw: Option<&'a str>, field: &str, want: &str) -> Result<Option<T>, Rejection> {
     if is_null(raw) {
         return Ok(None);
     }
     let raw = raw.expect("checked by is_null");
-    serde_json::from_str::<T>(raw.get()).map(Some).map_err(|e| {
-        Rejection::new(format!("wrong_type:{field}"), format!("`{field}` must be {want}, got {}: {e}", json_kind(raw)))
-    })
+    serde_json::from_str::<T>(raw).map(Some).map_err(|e| span_error(e, field, want, raw))
 }
 
 /// Parses `YYYY-MM-DDTHH:MM:SSZ` quickly, anything else RFC 3339 through chrono; returns
@@ -313,59 +291,105 @@ pub fn has_typed_payload(kind: &str) -> bool {
     )
 }
 
+/// The top-level members swelake reads; every other member is validated and ignored.
+#[derive(Default)]
+struct Members<'a> {
+    id: Option<&'a str>,
+    kind: Option<&'a str>,
+    actor: Option<&'a str>,
+    repo: Option<&'a str>,
+    repository: Option<&'a str>,
+    org: Option<&'a str>,
+    public: Option<&'a str>,
+    created_at: Option<&'a str>,
+    payload: Option<&'a str>,
+}
+
+fn split_members(line: &str) -> Result<Members<'_>, Rejection> {
+    let list = super::scan::members(line).map_err(|e| Rejection::new("invalid_json", e.message))?;
+    let mut m = Members::default();
+    for (key, value) in list {
+        let slot = match key.as_ref() {
+            "id" => &mut m.id,
+            "type" => &mut m.kind,
+            "actor" => &mut m.actor,
+            "repo" => &mut m.repo,
+            "repository" => &mut m.repository,
+            "org" => &mut m.org,
+            "public" => &mut m.public,
+            "created_at" => &mut m.created_at,
+            "payload" => &mut m.payload,
+            other => {
+                // Not read, but it must still be valid JSON.
+                serde_json::from_str::<serde::de::IgnoredAny>(value)
+                    .map_err(|e| Rejection::new("invalid_json", format!("in `{other}`: {e}")))?;
+                continue;
+            }
+        };
+        if slot.replace(value).is_some() {
+            return Err(Rejection::new("invalid_json", format!("duplicate member `{key}`")));
+        }
+    }
+    Ok(m)
+}
+
 /// Parses one line (already known to be valid UTF-8 and within the size limit).
 pub fn parse_line(line: &str) -> Result<Event<'_>, Rejection> {
-    // serde would also accept a JSON array as a struct (its sequence form).
     if !line.trim_start().starts_with('{') {
         return Err(match serde_json::from_str::<serde::de::IgnoredAny>(line) {
             Ok(_) => Rejection::new("not_an_object", "the line is JSON but not an event object"),
             Err(e) => Rejection::new("invalid_json", e.to_string()),
         });
     }
-    let env: Envelope = match serde_json::from_str(line) {
-        Ok(e) => e,
-        Err(e) if e.is_data() => {
-            return Err(Rejection::new("not_an_object", format!("the line is JSON but not an event object: {e}")))
-        }
-        Err(e) => return Err(Rejection::new("invalid_json", e.to_string())),
-    };
-    let actor_is_string = env.actor.is_some_and(|a| a.get().starts_with('"'));
-    if env.repository.is_some() || actor_is_string {
+    let m = split_members(line)?;
+    let actor_is_string = m.actor.is_some_and(|a| a.starts_with('"'));
+    if m.repository.is_some() || actor_is_string {
         return Err(Rejection::new(
             "timeline_schema",
             "pre-2015 GitHub Timeline event (`repository` object / string `actor`); only the Events API schema (2015-01-01 onward) is supported",
         ));
     }
-    let id = required_str(env.id, "id")?;
+    let id = required_str(m.id, "id")?;
     if id.is_empty() {
         return Err(Rejection::new("missing_field:id", "`id` is empty"));
     }
-    let kind = required_str(env.kind, "type")?;
-    let created_raw = required_str(env.created_at, "created_at")?;
+    let kind = required_str(m.kind, "type")?;
+    let created_raw = required_str(m.created_at, "created_at")?;
     let created_at = parse_timestamp(&created_raw).ok_or_else(|| {
         Rejection::new(
             "bad_timestamp:created_at",
             format!("`created_at` is not an RFC 3339 timestamp: {created_raw:?}"),
         )
     })?;
-    let actor: Option<Account> = optional(env.actor, "actor", "an object")?;
-    let repo: Option<Repo> = optional(env.repo, "repo", "an object")?;
-    let org: Option<Account> = optional(env.org, "org", "an object")?;
-    let public: Option<bool> = optional(env.public, "public", "a boolean")?;
-    let Some(payload_raw) = env.payload.filter(|p| p.get() != "null") else {
+    let actor: Option<Account> = optional(m.actor, "actor", "an object")?;
+    let repo: Option<Repo> = optional(m.repo, "repo", "an object")?;
+    let org: Option<Account> = optional(m.org, "org", "an object")?;
+    let public: Option<bool> = optional(m.public, "public", "a boolean")?;
+    let Some(payload_raw) = m.payload.filter(|p| *p != "null") else {
         return Err(Rejection::new("missing_field:payload", "`payload` is missing or null"));
     };
-    if !payload_raw.get().starts_with('{') {
-        return Err(Rejection::new(
-            "wrong_type:payload",
-            format!("`payload` must be an object, got {}", json_kind(payload_raw)),
-        ));
+    if !payload_raw.starts_with('{') {
+        return Err(match serde_json::from_str::<serde::de::IgnoredAny>(payload_raw) {
+            Ok(_) => Rejection::new(
+                "wrong_type:payload",
+                format!("`payload` must be an object, got {}", json_kind(payload_raw)),
+            ),
+            Err(e) => Rejection::new("invalid_json", format!("in `payload`: {e}")),
+        });
     }
+    // One serde pass over the payload either way: typed where the columns need it,
+    // validation only where they do not.
     let payload: Payload = if has_typed_payload(&kind) {
-        serde_json::from_str(payload_raw.get()).map_err(|e| {
-            Rejection::new("bad_payload", format!("{kind} payload does not have the expected field types: {e}"))
+        serde_json::from_str(payload_raw).map_err(|e| {
+            if e.is_data() {
+                Rejection::new("bad_payload", format!("{kind} payload does not have the expected field types: {e}"))
+            } else {
+                Rejection::new("invalid_json", format!("in `payload`: {e}"))
+            }
         })?
     } else {
+        serde_json::from_str::<serde::de::IgnoredAny>(payload_raw)
+            .map_err(|e| Rejection::new("invalid_json", format!("in `payload`: {e}")))?;
         Payload::default()
     };
     let payload_trimmed = match kind.as_ref() {
@@ -388,7 +412,7 @@ pub fn parse_line(line: &str) -> Result<Event<'_>, Rejection> {
         org_login: org.and_then(|o| o.login),
         public,
         created_at,
-        payload_raw: payload_raw.get(),
+        payload_raw,
         payload,
         payload_trimmed,
     })

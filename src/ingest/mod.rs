@@ -12,6 +12,7 @@
 pub mod batch;
 pub mod event;
 pub mod reader;
+pub mod scan;
 pub mod source;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -53,6 +54,8 @@ pub struct IngestOptions {
     pub jobs: usize,
     /// Rows per Arrow batch before it is handed to the Parquet writer.
     pub batch_rows: usize,
+    /// Codec of the Parquet files written.
+    pub compression: crate::lake::Codec,
     pub show_progress: bool,
 }
 
@@ -67,6 +70,7 @@ impl Default for IngestOptions {
             raw_keep_bytes: 64 << 10,
             jobs: 2,
             batch_rows: 8192,
+            compression: crate::lake::Codec::Zstd,
             show_progress: true,
         }
     }
@@ -264,6 +268,25 @@ pub async fn ingest(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> 
     Ok(summary)
 }
 
+/// Event ids seen in one file. GitHub's ids are decimal numbers, kept as u64 (no allocation
+/// per event); anything else is kept as a string.
+#[derive(Default)]
+struct SeenIds {
+    numeric: rustc_hash::FxHashSet<u64>,
+    other: HashSet<Box<str>>,
+}
+
+impl SeenIds {
+    /// Records `id`; false if it was already there.
+    fn insert(&mut self, id: &str) -> bool {
+        let numeric = id.len() <= 19 && !id.starts_with('0') && id.bytes().all(|b| b.is_ascii_digit());
+        match id.parse::<u64>() {
+            Ok(n) if numeric => self.numeric.insert(n),
+            _ => self.other.insert(Box::from(id)),
+        }
+    }
+}
+
 fn lossy_prefix(bytes: &[u8], keep: usize) -> String {
     let cut = &bytes[..bytes.len().min(keep)];
     let s = String::from_utf8_lossy(cut).into_owned();
@@ -277,13 +300,25 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
     let decoded = reader::open_decoded(local, Compression::from_name(&s.name), counter.clone())
         .with_context(|| format!("opening {}", local.display()))?;
     let mut lines = LineReader::new(decoded, opts.max_line_bytes);
-    let mut events =
-        TableWriter::new(lake, EVENTS, &s.key, &EVENTS_SCHEMA, Some(EVENT_DATE), writer_properties(LONG_TEXT_COLUMNS))?;
-    let mut rejected_writer =
-        TableWriter::new(lake, EVENTS_REJECTED, &s.key, &REJECTED_SCHEMA, None, writer_properties(&["raw"]))?;
+    let mut events = TableWriter::new(
+        lake,
+        EVENTS,
+        &s.key,
+        &EVENTS_SCHEMA,
+        Some(EVENT_DATE),
+        writer_properties(LONG_TEXT_COLUMNS, opts.compression),
+    )?;
+    let mut rejected_writer = TableWriter::new(
+        lake,
+        EVENTS_REJECTED,
+        &s.key,
+        &REJECTED_SCHEMA,
+        None,
+        writer_properties(&["raw"], opts.compression),
+    )?;
     let mut builder = EventsBuilder::new(opts.batch_rows);
     let mut rejected = RejectedBuilder::default();
-    let mut seen_ids: HashSet<Box<str>> = HashSet::new();
+    let mut seen_ids = SeenIds::default();
     let mut summary = FileSummary { key: s.key.clone(), source_file: s.name.clone(), ..Default::default() };
     let now = chrono::Utc::now().timestamp_micros();
     let mut line_no: u64 = 0;
@@ -324,7 +359,7 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
                         ),
                         Ok(text) => match parse_line(text) {
                             Ok(ev) => {
-                                if seen_ids.insert(Box::from(ev.id.as_ref())) {
+                                if seen_ids.insert(&ev.id) {
                                     *summary.events_by_type.entry(ev.kind.to_string()).or_default() += 1;
                                     builder.push(&ev, &s.name, line_no);
                                     summary.events_written += 1;
@@ -364,7 +399,7 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
         if builder.len() >= opts.batch_rows || builder.bytes() >= 48 << 20 {
             events.write(&builder.finish())?;
         }
-        if line_no % 4096 == 0 {
+        if line_no.is_multiple_of(4096) {
             bar.set_position(counter.load(Ordering::Relaxed));
         }
     }

@@ -26,11 +26,14 @@ pub struct LineReader<R> {
     max_line: usize,
     done: bool,
     bytes_out: u64,
+    /// Bytes of the last line returned straight from `inner`'s buffer, consumed on the
+    /// next call (the caller was still borrowing them).
+    pending: usize,
 }
 
 impl<R: BufRead> LineReader<R> {
     pub fn new(inner: R, max_line: usize) -> Self {
-        LineReader { inner, buf: Vec::with_capacity(64 * 1024), max_line, done: false, bytes_out: 0 }
+        LineReader { inner, buf: Vec::with_capacity(64 * 1024), max_line, done: false, bytes_out: 0, pending: 0 }
     }
 
     /// Decompressed bytes consumed so far.
@@ -42,6 +45,26 @@ impl<R: BufRead> LineReader<R> {
     pub fn next_line(&mut self) -> Option<Line<'_>> {
         if self.done {
             return None;
+        }
+        if self.pending > 0 {
+            self.inner.consume(self.pending);
+            self.pending = 0;
+        }
+        // Fast path: the whole line is already in the read buffer; hand it out uncopied.
+        // (Probe first and borrow again to return: the borrow checker cannot yet see that
+        // a conditionally returned borrow ends on the other branch.)
+        let max_line = self.max_line;
+        let whole = match self.inner.fill_buf() {
+            Ok(available) => memchr::memchr(b'\n', available).filter(|&i| i <= max_line),
+            Err(_) => None,
+        };
+        if let Some(i) = whole {
+            self.pending = i + 1;
+            self.bytes_out += (i + 1) as u64;
+            // A non-empty buffer is handed out again without reading, so this is the same
+            // slice as probed above.
+            let available = self.inner.fill_buf().unwrap_or_default();
+            return Some(Line::Complete(available.get(..i).unwrap_or_default()));
         }
         self.buf.clear();
         let mut total = 0usize;

@@ -14,12 +14,13 @@ use std::io::{BufRead, Write};
 
 use anyhow::Context as _;
 use rayon::prelude::*;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::Value;
 
-use super::{general_reward, search_replace_reward, unidiff_reward, Reward};
+use super::{general_reward, search_replace_reward, unidiff_reward, FileSimilarity, Reward};
 
-/// One reward case as it appears in the JSONL input.
+/// One reward case.
 #[derive(Debug, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Case {
@@ -40,33 +41,95 @@ impl Case {
     }
 }
 
+/// A whole input line, read in one pass (an internally tagged enum would buffer the line).
+#[derive(Deserialize)]
+struct CaseLine<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    context: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    oracle: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    output: Option<String>,
+    #[serde(default)]
+    oracle_patches: Option<Vec<String>>,
+    #[serde(default)]
+    pred_patches: Option<Vec<String>>,
+    #[serde(default)]
+    pred: Option<BTreeMap<String, String>>,
+}
+
+fn required<T>(v: Option<T>, field: &str, kind: &str) -> Result<T, String> {
+    v.ok_or_else(|| format!("invalid case: kind {kind:?} needs `{field}`"))
+}
+
+impl CaseLine<'_> {
+    fn into_case(self) -> Result<Case, String> {
+        let kind = self.kind.ok_or("invalid case: missing `kind`")?;
+        Ok(match kind.as_str() {
+            "search_replace" => Case::SearchReplace {
+                context: required(self.context, "context", &kind)?,
+                oracle: required(self.oracle, "oracle", &kind)?,
+                output: required(self.output, "output", &kind)?,
+            },
+            "unidiff" => Case::Unidiff {
+                oracle_patches: required(self.oracle_patches, "oracle_patches", &kind)?,
+                pred_patches: required(self.pred_patches, "pred_patches", &kind)?,
+            },
+            "general" => Case::General {
+                context: required(self.context, "context", &kind)?,
+                oracle: required(self.oracle, "oracle", &kind)?,
+                pred: required(self.pred, "pred", &kind)?,
+            },
+            other => return Err(format!("invalid case: unknown kind {other:?} (search_replace, unidiff, general)")),
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct Scored<'a> {
+    id: &'a RawValue,
+    reward: f64,
+    format_error: Option<String>,
+    similarities: Vec<FileSimilarity>,
+}
+
+#[derive(Serialize)]
+struct Failed<'a> {
+    id: &'a RawValue,
+    line: usize,
+    reward: Option<f64>,
+    error: String,
+}
+
 /// Scores one input line into one output line (without the newline). Errors are data.
-pub fn score_line(line: &str, line_number: usize) -> (Value, bool) {
-    let value: Value = match serde_json::from_str(line) {
-        Ok(v) => v,
-        Err(e) => {
-            return (
-                json!({"id": null, "line": line_number, "reward": null, "error": format!("invalid JSON: {e}")}),
-                false,
-            )
-        }
+pub fn score_line(line: &str, line_number: usize) -> (String, bool) {
+    let null = RawValue::NULL;
+    let fail = |id: &RawValue, error: String| {
+        let f = Failed { id, line: line_number, reward: None, error };
+        (serde_json::to_string(&f).expect("plain data serialises"), false)
     };
-    let id = value.get("id").cloned().unwrap_or(Value::Null);
-    let case: Case = match serde_json::from_value(value) {
+    let parsed: CaseLine = match serde_json::from_str(line) {
         Ok(c) => c,
         Err(e) => {
-            return (
-                json!({"id": id, "line": line_number, "reward": null, "error": format!("invalid case: {e}")}),
-                false,
-            )
+            // Recover the id for the error line if the line is JSON at all.
+            let id = serde_json::from_str::<Value>(line).ok().and_then(|v| v.get("id").cloned());
+            let id_raw = id.map(|v| v.to_string()).unwrap_or_else(|| "null".to_string());
+            let id_raw = RawValue::from_string(id_raw).expect("serialised JSON is valid");
+            let what = if serde_json::from_str::<Value>(line).is_ok() { "invalid case" } else { "invalid JSON" };
+            return fail(&id_raw, format!("{what}: {e}"));
         }
     };
-    match case.score() {
-        Ok(r) => (
-            json!({"id": id, "reward": r.reward, "format_error": r.format_error, "similarities": r.similarities}),
-            true,
-        ),
-        Err(e) => (json!({"id": id, "line": line_number, "reward": null, "error": e}), false),
+    let id = parsed.id.unwrap_or(null);
+    match parsed.into_case().and_then(|c| c.score()) {
+        Ok(r) => {
+            let s = Scored { id, reward: r.reward, format_error: r.format_error, similarities: r.similarities };
+            (serde_json::to_string(&s).expect("plain data serialises"), true)
+        }
+        Err(e) => fail(id, e),
     }
 }
 
@@ -104,7 +167,7 @@ pub fn score_stream(
         if chunk.is_empty() {
             break;
         }
-        let results: Vec<(Value, bool)> =
+        let results: Vec<(String, bool)> =
             pool.install(|| chunk.par_iter().map(|(n, line)| score_line(line, *n)).collect());
         for (value, ok) in results {
             summary.lines += 1;
@@ -113,7 +176,7 @@ pub fn score_stream(
             } else {
                 summary.errors += 1;
             }
-            serde_json::to_writer(&mut output, &value)?;
+            output.write_all(value.as_bytes())?;
             output.write_all(b"\n")?;
         }
     }

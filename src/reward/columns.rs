@@ -11,7 +11,7 @@ use arrow::error::ArrowError;
 /// A path → content map column, decoded row by row.
 pub enum MapColumn {
     Json(ArrayRef),
-    Map(MapArray, ArrayRef, ArrayRef),
+    Map(Box<(MapArray, ArrayRef, ArrayRef)>),
 }
 
 impl MapColumn {
@@ -25,7 +25,7 @@ impl MapColumn {
                 let m = arr.as_map().clone();
                 let keys = cast(m.keys(), &DataType::Utf8)?;
                 let values = cast(m.values(), &DataType::Utf8)?;
-                Ok(MapColumn::Map(m, keys, values))
+                Ok(MapColumn::Map(Box::new((m, keys, values))))
             }
             other => Err(ArrowError::InvalidArgumentError(format!(
                 "expected MAP<VARCHAR,VARCHAR> or a JSON object string, got {other}"
@@ -43,7 +43,8 @@ impl MapColumn {
                 }
                 serde_json::from_str(a.value(row)).ok()
             }
-            MapColumn::Map(m, keys, values) => {
+            MapColumn::Map(parts) => {
+                let (m, keys, values) = &**parts;
                 if m.is_null(row) {
                     return None;
                 }

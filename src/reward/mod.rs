@@ -12,18 +12,15 @@
 
 pub mod batch;
 pub mod columns;
-pub mod difflib;
-pub mod pystr;
 pub mod rollouts;
 pub mod udf;
 pub mod unidiff;
 
+use serde::Serialize;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::OnceLock;
 
-use regex::Regex;
-use serde::Serialize;
+pub use pydifflib::{difflib, pystr};
 
 use difflib::RatioCtx;
 use pystr::{py_splitlines, py_strip};
@@ -71,18 +68,30 @@ fn ratio(a: &str, b: &str) -> f64 {
 pub fn generate_unified_diff(old: &str, new: &str) -> String {
     let a = py_splitlines(old);
     let b = py_splitlines(new);
-    difflib::unified_diff_body(&a, &b, 3).join("\n")
+    difflib::unified_diff_text(&a, &b, 3)
 }
 
-/// `get_normalized_patch`: the non-empty unified diff of each file against its context.
-fn normalized_patches(context: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    new.iter()
-        .filter_map(|(path, content)| {
-            let old = context.get(path).map_or("", |s| s.as_str());
-            let patch = generate_unified_diff(old, content);
-            (!patch.is_empty()).then(|| (path.clone(), patch))
-        })
-        .collect()
+/// `get_normalized_patch` for the oracle and the prediction together: each file's context is
+/// split into lines once and diffed against both new versions; empty diffs are dropped.
+fn normalized_patches(
+    context: &BTreeMap<String, String>,
+    oracle_new: &BTreeMap<String, String>,
+    pred_new: &BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let (mut oracle, mut pred) = (BTreeMap::new(), BTreeMap::new());
+    let paths: BTreeSet<&String> = oracle_new.keys().chain(pred_new.keys()).collect();
+    for path in paths {
+        let old = py_splitlines(context.get(path).map_or("", |s| s.as_str()));
+        for (new, out) in [(oracle_new.get(path), &mut oracle), (pred_new.get(path), &mut pred)] {
+            if let Some(new) = new {
+                let patch = difflib::unified_diff_text(&old, &py_splitlines(new), 3);
+                if !patch.is_empty() {
+                    out.insert(path.clone(), patch);
+                }
+            }
+        }
+    }
+    (oracle, pred)
 }
 
 /// `compute_change_similarities`: one entry per path in either dict; a path missing (or
@@ -113,13 +122,17 @@ pub fn general_reward(
     oracle_new: &BTreeMap<String, String>,
     pred_new: &BTreeMap<String, String>,
 ) -> Result<Reward, RewardError> {
-    let oracle = normalized_patches(context, oracle_new);
-    let pred = normalized_patches(context, pred_new);
+    let (oracle, pred) = normalized_patches(context, oracle_new, pred_new);
     let similarities = change_similarities(&pred, &oracle);
     if similarities.is_empty() {
         return Err(RewardError::NoChanges);
     }
     Ok(Reward { reward: mean(&similarities), similarities, format_error: None })
+}
+
+/// First occurrence of `needle` (SIMD substring search).
+fn find(haystack: &str, needle: &str) -> Option<usize> {
+    memchr::memmem::find(haystack.as_bytes(), needle.as_bytes())
 }
 
 const TAGS: [&str; 4] = ["<think>", "</think>", "<solution>", "</solution>"];
@@ -129,13 +142,14 @@ const TAGS: [&str; 4] = ["<think>", "</think>", "<solution>", "</solution>"];
 /// its behaviour when a closing tag comes before its opening tag.
 pub fn extract_answer(output: &str) -> Result<&str, String> {
     for tag in TAGS {
-        if output.matches(tag).count() != 1 {
+        // Python's str.count: non-overlapping occurrences.
+        if memchr::memmem::find_iter(output.as_bytes(), tag.as_bytes()).take(2).count() != 1 {
             return Err(format!("count of {tag} is not 1"));
         }
     }
     let between = |open: &str, close: &str| -> &str {
-        let after = output.split_once(open).map_or("", |(_, rest)| rest);
-        after.split(close).next().unwrap_or("")
+        let after = find(output, open).map_or("", |at| &output[at + open.len()..]);
+        find(after, close).map_or(after, |at| &after[..at])
     };
     let thought = py_strip(between("<think>", "</think>"));
     let answer = py_strip(between("<solution>", "</solution>"));
@@ -148,29 +162,57 @@ pub fn extract_answer(output: &str) -> Result<&str, String> {
 /// A search/replace edit list per path, in order of first appearance.
 pub type Edits<'a> = Vec<(&'a str, Vec<(&'a str, &'a str)>)>;
 
-fn search_replace_regex() -> &'static Regex {
-    static RE: OnceLock<Regex> = OnceLock::new();
-    // The reference's SEARCH_REPLACE_REGEX; Rust's leftmost-first semantics give the same
-    // matches and groups as Python's backtracking `re.findall` for this pattern.
-    RE.get_or_init(|| {
-        Regex::new(r"```.*?\n### (.*)\n<<<<<<< SEARCH\n([\s\S]*?)\n=======\n([\s\S]*?)\n>>>>>>> REPLACE\n```")
-            .expect("static regex")
-    })
+/// The reference's SEARCH_REPLACE_REGEX, kept as the specification that
+/// [`parse_search_replace`] is tested against.
+#[cfg(test)]
+const SEARCH_REPLACE_REGEX: &str =
+    r"```.*?\n### (.*)\n<<<<<<< SEARCH\n([\s\S]*?)\n=======\n([\s\S]*?)\n>>>>>>> REPLACE\n```";
+
+const SEARCH_OPEN: &str = "\n<<<<<<< SEARCH\n";
+const DIVIDER: &str = "\n=======\n";
+const REPLACE_CLOSE: &str = "\n>>>>>>> REPLACE\n```";
+
+/// Tries the reference regex at a "```" that starts at `start`; returns the three groups and
+/// the end of the match. With this pattern the regex's backtracking has exactly one way to
+/// succeed: `.*?` cannot cross a newline, so the fence's line must be followed by a `### `
+/// line; `(.*)` is that whole line; each lazy group ends at the first occurrence of its
+/// terminator, and if the replace terminator is missing after the first divider it is
+/// missing after every later one too.
+fn block_at(text: &str, start: usize) -> Option<(&str, &str, &str, usize)> {
+    let p = start + 3;
+    let line_end = p + memchr::memchr(b'\n', &text.as_bytes()[p..])?;
+    let path_start = line_end + "\n### ".len();
+    if !text[line_end..].starts_with("\n### ") {
+        return None;
+    }
+    let path_end = path_start + memchr::memchr(b'\n', &text.as_bytes()[path_start..])?;
+    if !text[path_end..].starts_with(SEARCH_OPEN) {
+        return None;
+    }
+    let s_start = path_end + SEARCH_OPEN.len();
+    let s_end = s_start + find(&text[s_start..], DIVIDER)?;
+    let r_start = s_end + DIVIDER.len();
+    let r_end = r_start + find(&text[r_start..], REPLACE_CLOSE)?;
+    Some((&text[path_start..path_end], &text[s_start..s_end], &text[r_start..r_end], r_end + REPLACE_CLOSE.len()))
 }
 
-/// `parse_search_replace`: every fenced edit block of the answer, grouped by path.
+/// `parse_search_replace`: every fenced edit block of the answer (what `re.findall` of the
+/// reference regex returns), grouped by path in order of first appearance.
 pub fn parse_search_replace(answer: &str) -> Edits<'_> {
     let mut edits: Edits = Vec::new();
-    for c in search_replace_regex().captures_iter(answer) {
-        let (path, search, replace) = (
-            c.get(1).map_or("", |m| m.as_str()),
-            c.get(2).map_or("", |m| m.as_str()),
-            c.get(3).map_or("", |m| m.as_str()),
-        );
+    let mut pos = 0;
+    while let Some(off) = find(&answer[pos..], "```") {
+        let start = pos + off;
+        let Some((path, search, replace, end)) = block_at(answer, start) else {
+            // The next attempt starts one byte on (fences may overlap, as in "````").
+            pos = start + 1;
+            continue;
+        };
         match edits.iter_mut().find(|(p, _)| *p == path) {
             Some((_, list)) => list.push((search, replace)),
             None => edits.push((path, vec![(search, replace)])),
         }
+        pos = end;
     }
     edits
 }
@@ -186,14 +228,29 @@ pub fn apply_edits(context: &BTreeMap<String, String>, edits: &Edits) -> Result<
             }
             let search = format!("\n{search}");
             let replace = format!("\n{replace}");
-            if !content.contains(&search) {
-                return Err(format!("Search block not found in the code: {search}"));
-            }
-            content = content.replace(&search, &replace);
+            content = replace_all(&content, &search, &replace)
+                .ok_or_else(|| format!("Search block not found in the code: {search}"))?;
         }
         out.insert(path.to_string(), content[1..].to_string());
     }
     Ok(out)
+}
+
+/// Python's `str.replace(needle, with)` (every non-overlapping occurrence, left to right), or
+/// `None` when `needle` does not occur (the reference checks `in` first).
+fn replace_all(haystack: &str, needle: &str, with: &str) -> Option<String> {
+    let finder = memchr::memmem::Finder::new(needle.as_bytes());
+    let mut hits = finder.find_iter(haystack.as_bytes()).peekable();
+    hits.peek()?;
+    let mut out = String::with_capacity(haystack.len() + with.len());
+    let mut last = 0;
+    for at in hits {
+        out.push_str(&haystack[last..at]);
+        out.push_str(with);
+        last = at + needle.len();
+    }
+    out.push_str(&haystack[last..]);
+    Some(out)
 }
 
 /// The reference's `calculate_search_replace_reward(code_context, oracle_new_content, output)`.
@@ -246,6 +303,67 @@ mod tests {
     }
 
     const EDIT: &str = "```python\n### a.py\n<<<<<<< SEARCH\ndef f():\n    return 1\n=======\ndef f():\n    return 2\n>>>>>>> REPLACE\n```";
+
+    /// The scanner must return exactly what the reference regex finds, on texts built to
+    /// stress it: overlapping fences, missing terminators, empty groups, nested markers.
+    #[test]
+    fn scanner_matches_the_reference_regex() {
+        let re = regex::Regex::new(SEARCH_REPLACE_REGEX).unwrap();
+        let pieces = [
+            "```",
+            "````",
+            "```python",
+            "\n",
+            "### ",
+            "a.py",
+            "b/c.rs",
+            "\n<<<<<<< SEARCH\n",
+            "x = 1",
+            "",
+            "\n=======\n",
+            "y",
+            "\n>>>>>>> REPLACE\n```",
+            "\n>>>>>>> REPLACE\n",
+            " ",
+            "=======",
+            "é\r",
+        ];
+        let mut seed = 0x9e3779b97f4a7c15u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let well_formed = "```python\n### a.py\n<<<<<<< SEARCH\nx = 1\n=======\ny\n>>>>>>> REPLACE\n```";
+        for round in 0..20_000 {
+            let mut text = String::new();
+            let n = 1 + next() % 14;
+            for _ in 0..n {
+                if next() % 5 == 0 {
+                    text.push_str(well_formed);
+                } else {
+                    text.push_str(pieces[(next() % pieces.len() as u64) as usize]);
+                }
+            }
+            let want: Vec<(&str, &str, &str)> = re
+                .captures_iter(&text)
+                .map(|c| (c.get(1).unwrap().as_str(), c.get(2).unwrap().as_str(), c.get(3).unwrap().as_str()))
+                .collect();
+            let mut got = Vec::new();
+            let mut pos = 0;
+            while let Some(off) = text[pos..].find("```") {
+                match block_at(&text, pos + off) {
+                    Some((p, s, r, end)) => {
+                        got.push((p, s, r));
+                        pos = end;
+                    }
+                    None => pos = pos + off + 1,
+                }
+            }
+            assert_eq!(got, want, "round {round}: {text:?}");
+        }
+    }
 
     #[test]
     fn exact_oracle_scores_one() {
@@ -304,6 +422,15 @@ mod tests {
         let oracle = map(&[("a.py", "v = 1\nv = 1\n")]);
         let edit = "```\n### a.py\n<<<<<<< SEARCH\nv = 0\n=======\nv = 1\n>>>>>>> REPLACE\n```";
         assert_eq!(search_replace_reward(&ctx, &oracle, &answer(edit)).unwrap().reward, 1.0);
+    }
+
+    #[test]
+    fn replace_all_is_python_str_replace() {
+        // 'aaaa'.replace('aa', 'b') == 'bb'; 'xaxa'.replace('xa', '') == ''
+        assert_eq!(replace_all("aaaa", "aa", "b").as_deref(), Some("bb"));
+        assert_eq!(replace_all("xaxa", "xa", "").as_deref(), Some(""));
+        assert_eq!(replace_all("abc", "z", "y"), None);
+        assert_eq!(replace_all("\nél\nél", "\nél", "\nel").as_deref(), Some("\nel\nel"));
     }
 
     #[test]

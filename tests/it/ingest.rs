@@ -64,6 +64,29 @@ async fn real_excerpts_counts_match_and_reingest_is_idempotent() {
         .await;
         assert_eq!(merged_sql, merged_raw, "{name}");
         assert!(merged_raw > 10);
+
+        // The stored payload text is exactly the line's payload (the scanner's spans).
+        let want: BTreeMap<String, Value> = lines
+            .iter()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .map(|v| (v["id"].as_str().unwrap().to_string(), v["payload"].clone()))
+            .collect();
+        let batches =
+            swelake::sql::query(&lake, &format!("SELECT id, payload FROM events WHERE source_file = '{name}'"))
+                .await
+                .unwrap();
+        let mut seen = 0;
+        for b in batches {
+            use arrow::array::AsArray;
+            let ids = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8).unwrap();
+            let pay = arrow::compute::cast(b.column(1), &arrow::datatypes::DataType::Utf8).unwrap();
+            for r in 0..b.num_rows() {
+                let stored: Value = serde_json::from_str(pay.as_string::<i32>().value(r)).unwrap();
+                assert_eq!(&stored, &want[ids.as_string::<i32>().value(r)]);
+                seen += 1;
+            }
+        }
+        assert_eq!(seen, lines.len());
         snapshot_before.push(got);
     }
     let fingerprint = "SELECT 'x', count(*) + count(DISTINCT id) + sum(source_line) FROM events";
@@ -128,7 +151,7 @@ async fn damaged_copy_reconciles_exactly() {
     let mut body: Vec<Vec<u8>> = lines.iter().map(|l| l.as_bytes().to_vec()).collect();
     // Injected near the start, so they survive the truncation of the tail, in ascending order
     // so each lands at exactly the index given (line number = index + 1).
-    let broken = lines[10][..lines[10].len() / 2].as_bytes().to_vec();
+    let broken = lines[10].as_bytes()[..lines[10].len() / 2].to_vec();
     let huge = format!("{{\"id\":\"big\",\"pad\":\"{}\"}}", "a".repeat(10 << 20)).into_bytes();
     let mut bad_utf8 = lines[20].as_bytes().to_vec();
     let pos = bad_utf8.windows(7).position(|w| w == b"\"login\"").unwrap() + 10;

@@ -16,31 +16,48 @@ pub fn py_strip(s: &str) -> &str {
     s.trim_matches(is_py_space)
 }
 
-/// Is `c` a line boundary for Python's `str.splitlines()`?
-fn is_line_break(c: char) -> bool {
-    matches!(c, '\n' | '\r' | '\u{0b}' | '\u{0c}' | '\u{1c}' | '\u{1d}' | '\u{1e}' | '\u{85}' | '\u{2028}' | '\u{2029}')
-}
-
 /// Python's `str.splitlines()` (keepends=False): `\r\n` is one boundary, a trailing boundary
 /// does not produce an empty last line, and `""` gives no lines.
+///
+/// Boundaries are `\n \r \x0b \x0c \x1c \x1d \x1e`, U+0085 (UTF-8 `C2 85`) and U+2028/U+2029
+/// (`E2 80 A8`/`E2 80 A9`); scanning bytes finds them without decoding characters.
 pub fn py_splitlines(s: &str) -> Vec<&str> {
+    let bytes = s.as_bytes();
     let mut out = Vec::new();
-    let mut start = 0;
-    let mut iter = s.char_indices().peekable();
-    while let Some((i, c)) = iter.next() {
-        if is_line_break(c) {
-            out.push(&s[start..i]);
-            let mut end = i + c.len_utf8();
-            if c == '\r' {
-                if let Some(&(_, '\n')) = iter.peek() {
-                    iter.next();
-                    end += 1;
+    let (mut start, mut i) = (0, 0);
+    while i < bytes.len() {
+        // Fast path: 8 bytes that are all in 0x20..0x80 hold no boundary (boundaries are
+        // control bytes or start with 0xC2/0xE2).
+        if let Some(chunk) = bytes.get(i..i + 8) {
+            let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            let below_space = w.wrapping_sub(0x2020_2020_2020_2020) & !w & 0x8080_8080_8080_8080;
+            if (below_space | (w & 0x8080_8080_8080_8080)) == 0 {
+                i += 8;
+                continue;
+            }
+        }
+        let b = bytes[i];
+        let width = match b {
+            b'\n' | 0x0b | 0x0c | 0x1c | 0x1d | 0x1e => 1,
+            b'\r' => {
+                if bytes.get(i + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
                 }
             }
-            start = end;
-        }
+            0xc2 if bytes.get(i + 1) == Some(&0x85) => 2,
+            0xe2 if bytes.get(i + 1) == Some(&0x80) && matches!(bytes.get(i + 2), Some(0xa8 | 0xa9)) => 3,
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        out.push(&s[start..i]);
+        i += width;
+        start = i;
     }
-    if start < s.len() {
+    if start < bytes.len() {
         out.push(&s[start..]);
     }
     out
@@ -105,6 +122,10 @@ mod tests {
         // \x1f is whitespace for strip() but not a line boundary.
         assert_eq!(py_splitlines("a\u{1f}b"), vec!["a\u{1f}b"]);
         assert_eq!(py_splitlines("a\r\rb"), vec!["a", "", "b"]);
+        // Long ASCII runs take the 8-byte fast path; boundaries just after one must be seen.
+        let long = "0123456789abcdef\n0123456789abcdefg\u{85}xyz\u{2029}tail12345678\r";
+        assert_eq!(py_splitlines(long), vec!["0123456789abcdef", "0123456789abcdefg", "xyz", "tail12345678"]);
+        assert_eq!(py_splitlines("abcdefgh\u{1}ijklmnop"), vec!["abcdefgh\u{1}ijklmnop"], "\\x01 is no boundary");
     }
 
     #[test]
