@@ -246,7 +246,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 print!("{}", summary.render_text());
             }
-            Ok(if summary.reconciles() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+            Ok(if summary.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
         Command::Sql(a) => {
             let lake = Lake::open(&a.lake)?;

@@ -56,6 +56,8 @@ pub struct IngestOptions {
     pub batch_rows: usize,
     /// Codec of the Parquet files written.
     pub compression: crate::lake::Codec,
+    /// Object-store options for URL sources; empty means "from the environment".
+    pub storage_options: Vec<(String, String)>,
     pub show_progress: bool,
 }
 
@@ -71,6 +73,7 @@ impl Default for IngestOptions {
             jobs: 2,
             batch_rows: 8192,
             compression: crate::lake::Codec::Zstd,
+            storage_options: Vec::new(),
             show_progress: true,
         }
     }
@@ -83,6 +86,9 @@ pub struct FileSummary {
     pub source_file: String,
     /// Already ingested with the same size; nothing was read.
     pub skipped: bool,
+    /// The file could not be read at all (missing, unreachable, unreadable); the run went on
+    /// with the other files and records this one as failed in `_job_runs`.
+    pub error: Option<String>,
     pub lines_read: u64,
     pub events_written: u64,
     pub rejected: u64,
@@ -100,6 +106,7 @@ pub struct IngestSummary {
     pub files: Vec<FileSummary>,
     pub files_ingested: u64,
     pub files_skipped: u64,
+    pub files_failed: u64,
     pub lines_read: u64,
     pub events_written: u64,
     pub rejected: u64,
@@ -109,7 +116,12 @@ pub struct IngestSummary {
 impl IngestSummary {
     /// Every ingested file satisfies `lines_read == events_written + rejected`.
     pub fn reconciles(&self) -> bool {
-        self.files.iter().all(|f| f.skipped || f.lines_read == f.events_written + f.rejected)
+        self.files.iter().all(|f| f.skipped || f.error.is_some() || f.lines_read == f.events_written + f.rejected)
+    }
+
+    /// Every file was ingested (or skipped as already done) and reconciles.
+    pub fn ok(&self) -> bool {
+        self.files_failed == 0 && self.reconciles()
     }
 
     pub fn render_text(&self) -> String {
@@ -137,9 +149,10 @@ impl IngestSummary {
             ));
         }
         s.push_str(&format!(
-            "{} file(s) ingested, {} skipped: {} lines = {} events + {} rejected, in {:.1}s{}\n",
+            "{} file(s) ingested, {} skipped, {} failed: {} lines = {} events + {} rejected, in {:.1}s{}\n",
             self.files_ingested,
             self.files_skipped,
+            self.files_failed,
             self.lines_read,
             self.events_written,
             self.rejected,
@@ -160,7 +173,7 @@ struct Parsed {
 /// Ingests every file of `opts.source` into the lake.
 pub async fn ingest(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> {
     let started = Instant::now();
-    let sources = source::list_sources(&opts.source, opts.from, opts.to).await?;
+    let sources = source::list_sources(&opts.source, opts.from, opts.to, &opts.storage_options).await?;
     let mut events_table = lake.ensure_table(EVENTS, &EVENTS_SCHEMA, &[EVENT_DATE]).await?;
     let mut rejected_table = lake.ensure_table(EVENTS_REJECTED, &REJECTED_SCHEMA, &[]).await?;
     let done: HashMap<String, RunRecord> =
@@ -196,30 +209,51 @@ pub async fn ingest(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> 
         let mp = mp.clone();
         let dir = download_dir.path().to_path_buf();
         async move {
-            let local = source::fetch(&s, &dir).await?;
-            let bar = mp.add(progress::bytes_bar(
-                s.size.unwrap_or_else(|| std::fs::metadata(&local).map(|m| m.len()).unwrap_or(0)),
-                &s.name,
-            ));
-            let parsed = {
-                let s = s.clone();
-                let local = local.clone();
-                let bar = bar.clone();
-                tokio::task::spawn_blocking(move || parse_file(&lake, &s, &local, &opts, &bar)).await??
-            };
-            bar.finish_and_clear();
-            mp.remove(&bar);
-            if matches!(s.location, source::Location::Remote { .. }) {
-                // Downloads are transient; a failed removal only leaves a temp file behind.
-                let _ = std::fs::remove_file(&local);
+            let result = async {
+                let local = source::fetch(&s, &dir).await?;
+                let size = s.size.unwrap_or_else(|| std::fs::metadata(&local).map(|m| m.len()).unwrap_or(0));
+                let bar = mp.add(progress::bytes_bar(size, &s.name));
+                let parsed = {
+                    let s = s.clone();
+                    let local = local.clone();
+                    let bar = bar.clone();
+                    tokio::task::spawn_blocking(move || parse_file(&lake, &s, &local, &opts, &bar)).await?
+                };
+                bar.finish_and_clear();
+                mp.remove(&bar);
+                if matches!(s.location, source::Location::Remote { .. }) {
+                    // Downloads are transient; a failed removal only leaves a temp file behind.
+                    let _ = std::fs::remove_file(&local);
+                }
+                parsed
             }
-            anyhow::Ok((s, parsed))
+            .await;
+            (s, result)
         }
     }))
     .buffer_unordered(jobs);
 
-    while let Some(result) = stream.next().await {
-        let (s, parsed) = result?;
+    while let Some((s, result)) = stream.next().await {
+        let parsed = match result {
+            Ok(p) => p,
+            Err(e) => {
+                let message = format!("{e:#}");
+                tracing::error!(source = %s.location, error = %message, "could not ingest");
+                let detail = json!({"source": s.location.to_string(), "size": s.size, "error": message});
+                let mut rec = RunRecord::ok("ingest", &s.key, 0, 0, 0, None, detail);
+                rec.status = "failed".to_string();
+                runs::record(lake, rec).await?;
+                summary.files.push(FileSummary {
+                    key: s.key.clone(),
+                    source_file: s.name.clone(),
+                    error: Some(message),
+                    ..Default::default()
+                });
+                summary.files_failed += 1;
+                overall.inc(1);
+                continue;
+            }
+        };
         let Parsed { summary: mut file, events, rejected } = parsed;
         let predicate = format!("source_file = '{}'", s.name.replace('\'', "''"));
         let meta = HashMap::from([

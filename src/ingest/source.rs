@@ -103,12 +103,27 @@ fn local_file(path: PathBuf) -> Result<SourceFile> {
     Ok(SourceFile { key, name, location: Location::Local(path), hour, size: Some(size) })
 }
 
+/// Options for object stores (`aws_endpoint`, `aws_access_key_id`, ...): the ones given, or
+/// else every environment variable (the store picks the keys it knows, e.g. `AWS_*`).
+pub fn store_options(given: &[(String, String)]) -> Vec<(String, String)> {
+    if given.is_empty() {
+        std::env::vars().map(|(k, v)| (k.to_ascii_lowercase(), v)).collect()
+    } else {
+        given.to_vec()
+    }
+}
+
 /// Resolves `--source` into the list of hour files, sorted by hour then name.
-pub async fn list_sources(src: &str, from: Option<Hour>, to: Option<Hour>) -> Result<Vec<SourceFile>> {
+pub async fn list_sources(
+    src: &str,
+    from: Option<Hour>,
+    to: Option<Hour>,
+    options: &[(String, String)],
+) -> Result<Vec<SourceFile>> {
     let mut files = if let Ok(url) =
         Url::parse(src).map_err(|_| ()).and_then(|u| if u.scheme().len() > 1 { Ok(u) } else { Err(()) })
     {
-        list_url(&url, from, to).await?
+        list_url(&url, from, to, options).await?
     } else if src.contains(['*', '?', '[']) {
         let mut out = Vec::new();
         for entry in glob::glob(src).with_context(|| format!("invalid glob {src:?}"))? {
@@ -150,7 +165,12 @@ pub async fn list_sources(src: &str, from: Option<Hour>, to: Option<Hour>) -> Re
     Ok(files)
 }
 
-async fn list_url(url: &Url, from: Option<Hour>, to: Option<Hour>) -> Result<Vec<SourceFile>> {
+async fn list_url(
+    url: &Url,
+    from: Option<Hour>,
+    to: Option<Hour>,
+    options: &[(String, String)],
+) -> Result<Vec<SourceFile>> {
     let is_http = matches!(url.scheme(), "http" | "https");
     let last = url.path_segments().and_then(|mut s| s.next_back()).unwrap_or_default().to_string();
     if is_http {
@@ -192,8 +212,8 @@ async fn list_url(url: &Url, from: Option<Hour>, to: Option<Hour>) -> Result<Vec
         }
         return Ok(out);
     }
-    let (store, prefix) = object_store::parse_url_opts(url, std::env::vars().map(|(k, v)| (k.to_ascii_lowercase(), v)))
-        .with_context(|| format!("opening {url}"))?;
+    let (store, prefix) =
+        object_store::parse_url_opts(url, store_options(options)).with_context(|| format!("opening {url}"))?;
     let store: Arc<dyn ObjectStore> = Arc::from(store);
     if is_hour_file_name(&last) {
         let meta = store.head(&prefix).await.with_context(|| format!("reading {url}"))?;
@@ -228,8 +248,14 @@ async fn list_url(url: &Url, from: Option<Hour>, to: Option<Hour>) -> Result<Vec
 }
 
 fn http_store(base: &str) -> Result<Arc<dyn ObjectStore>> {
-    let store =
-        object_store::http::HttpBuilder::new().with_url(base).build().with_context(|| format!("opening {base}"))?;
+    // A plain http:// source was asked for explicitly, so allow it (object_store refuses
+    // unencrypted HTTP unless told otherwise).
+    let client = object_store::ClientOptions::new().with_allow_http(base.starts_with("http://"));
+    let store = object_store::http::HttpBuilder::new()
+        .with_url(base)
+        .with_client_options(client)
+        .build()
+        .with_context(|| format!("opening {base}"))?;
     Ok(Arc::new(store))
 }
 

@@ -4,4 +4,5 @@
 
 mod common;
 mod ingest;
+mod remote;
 mod reward;

@@ -1,0 +1,177 @@
+//! Ingest from remote sources through real servers on loopback: a minimal HTTP file server
+//! (GH Archive's own layout: hour files under a URL prefix, no listing) and an S3-compatible
+//! server (moto, `pip install 'moto[server]'`).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use object_store::ObjectStoreExt;
+use swelake::ingest::{ingest, source::Hour};
+use swelake::lake::Lake;
+
+use crate::common::{count, gharchive, quiet_ingest, read_lines};
+
+/// Serves files of `root` over HTTP/1.1 until the test process ends; returns the base URL.
+fn serve_dir(root: PathBuf) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let root = root.clone();
+            std::thread::spawn(move || serve_one(stream, &root));
+        }
+    });
+    format!("http://{addr}/")
+}
+
+fn serve_one(mut stream: TcpStream, root: &Path) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    loop {
+        let mut request = String::new();
+        if reader.read_line(&mut request).unwrap_or(0) == 0 {
+            return;
+        }
+        // Drain the headers.
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                break;
+            }
+        }
+        let path = request.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
+        let head = request.starts_with("HEAD");
+        match std::fs::read(root.join(&path)) {
+            Ok(body) => {
+                let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len());
+                if !head {
+                    let _ = stream.write_all(&body);
+                }
+            }
+            Err(_) => {
+                let _ = write!(stream, "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n");
+            }
+        }
+    }
+}
+
+fn write_hours(dir: &Path) -> Vec<(String, usize)> {
+    let lines = read_lines(&gharchive("2015-01-01-15.json.gz"));
+    let mut out = Vec::new();
+    for (i, chunk) in lines.chunks(300).take(2).enumerate() {
+        let name = format!("2015-01-01-{}.json.gz", 15 + i);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        for l in chunk {
+            writeln!(gz, "{l}").unwrap();
+        }
+        std::fs::write(dir.join(&name), gz.finish().unwrap()).unwrap();
+        out.push((name, chunk.len()));
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn http_prefix_with_hour_range_and_a_missing_hour() {
+    let dir = tempfile::tempdir().unwrap();
+    let served = dir.path().join("www");
+    std::fs::create_dir(&served).unwrap();
+    let hours = write_hours(&served);
+    let url = serve_dir(served);
+    let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
+
+    // Hours 15 and 16 exist; 17 does not (GH Archive has such gaps).
+    let mut opts = quiet_ingest(Path::new(&url));
+    opts.source = url.clone();
+    opts.from = Hour::parse("2015-01-01-15");
+    opts.to = Hour::parse("2015-01-01-17");
+    let s = ingest(&lake, &opts).await.unwrap();
+    assert_eq!((s.files_ingested, s.files_failed), (2, 1), "{:?}", s.files);
+    assert!(!s.ok());
+    let failed = s.files.iter().find(|f| f.error.is_some()).unwrap();
+    assert_eq!(failed.key, "2015-01-01-17");
+    assert_eq!(count(&lake, "SELECT count(*) FROM events").await, (hours[0].1 + hours[1].1) as i64);
+    assert_eq!(count(&lake, "SELECT count(*) FROM _job_runs WHERE status = 'failed'").await, 1);
+
+    // A rerun skips what is done and tries the missing hour again.
+    let again = ingest(&lake, &opts).await.unwrap();
+    assert_eq!((again.files_skipped, again.files_failed), (2, 1));
+
+    // Without a range an HTTP prefix cannot be listed: a clear error.
+    let mut bare = quiet_ingest(Path::new(&url));
+    bare.source = url;
+    let err = ingest(&lake, &bare).await.unwrap_err().to_string();
+    assert!(err.contains("--from and --to"), "{err}");
+}
+
+struct Moto(Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_moto() -> (Moto, String) {
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("moto_server not found: the S3 tests need `pip install 'moto[server]'` (.ci/run installs it)");
+    let moto = Moto(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "moto_server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (moto, format!("http://127.0.0.1:{port}"))
+}
+
+/// Creates a bucket with a plain (unsigned) PUT, which moto accepts.
+fn create_bucket(endpoint: &str, bucket: &str) {
+    let addr = endpoint.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "PUT /{bucket} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn s3_prefix_is_listed_and_ingested() {
+    let (_moto, endpoint) = start_moto();
+    create_bucket(&endpoint, "archive");
+    let options: Vec<(String, String)> = [
+        ("aws_endpoint", endpoint.as_str()),
+        ("aws_allow_http", "true"),
+        ("aws_access_key_id", "test"),
+        ("aws_secret_access_key", "test"),
+        ("aws_region", "us-east-1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+
+    let dir = tempfile::tempdir().unwrap();
+    let hours = write_hours(dir.path());
+    let url = url::Url::parse("s3://archive/gharchive/").unwrap();
+    let (store, _) = object_store::parse_url_opts(&url, options.clone()).unwrap();
+    for (name, _) in &hours {
+        let bytes = std::fs::read(dir.path().join(name)).unwrap();
+        store.put(&object_store::path::Path::from(format!("gharchive/{name}")), bytes.into()).await.unwrap();
+    }
+
+    let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
+    let mut opts = quiet_ingest(dir.path());
+    opts.source = url.to_string();
+    opts.storage_options = options;
+    let s = ingest(&lake, &opts).await.unwrap();
+    assert!(s.ok(), "{:?}", s.files);
+    assert_eq!(s.files_ingested, 2);
+    assert_eq!(count(&lake, "SELECT count(*) FROM events").await, (hours[0].1 + hours[1].1) as i64);
+    assert_eq!(count(&lake, "SELECT count(DISTINCT source_file) FROM events").await, 2);
+}
