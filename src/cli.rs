@@ -54,6 +54,20 @@ Examples:
   swelake ingest --source https://data.gharchive.org/ --from 2025-01-01-0 --to 2025-01-01-2 --lake lake
   swelake ingest --source s3://bucket/gharchive/ --lake lake   (credentials from AWS_* variables)")]
     Ingest(IngestArgs),
+    /// Run jobs (and the jobs they depend on) incrementally: only new or changed input
+    /// partitions are processed.
+    #[command(after_help = "\
+Jobs are declared in jobs/*.toml (inputs, outputs, SQL file, partition key, dependencies) and
+run in dependency order. Each records the input partitions it processed, with a fingerprint
+of their files, in the _job_runs table; a rerun with nothing new does nothing, and an input
+partition that changed (a re-ingested hour) is processed again.
+
+Examples:
+  swelake run --all --lake lake                        # bring every table up to date
+  swelake run pull_requests --lake lake                # and pr_timeline before it
+  swelake run --all --lake lake --source data/gharchive   # ingest new hours first
+  swelake run pr_timeline --lake lake --since 2025-01-01 --until 2025-01-31")]
+    Run(RunArgs),
     /// Run a read-only SQL query over every table of a lake.
     #[command(after_help = "\
 Every Delta table in the lake is registered under its directory name, along with the swelake
@@ -124,6 +138,40 @@ struct IngestArgs {
 }
 
 #[derive(Args, Debug)]
+struct RunArgs {
+    /// Jobs to run (with their dependencies).
+    #[arg(required_unless_present_any = ["all", "list"])]
+    jobs: Vec<String>,
+    /// Run every job.
+    #[arg(long, conflicts_with = "jobs")]
+    all: bool,
+    /// List the jobs and exit.
+    #[arg(long)]
+    list: bool,
+    /// Lake directory.
+    #[arg(long, required_unless_present = "list")]
+    lake: Option<String>,
+    /// Only input partitions at or after this value (a date for event partitions).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only input partitions at or before this value.
+    #[arg(long)]
+    until: Option<String>,
+    /// GH Archive source for the ingest job (else ingest is skipped).
+    #[arg(long)]
+    source: Option<String>,
+    /// Read job declarations from this directory (overrides the built-in jobs/).
+    #[arg(long)]
+    jobs_dir: Option<PathBuf>,
+    /// Read SQL files from this directory (overrides the built-in sql/).
+    #[arg(long)]
+    sql_dir: Option<PathBuf>,
+    /// Print the job summaries as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
 struct SqlArgs {
     /// Lake directory.
     #[arg(long)]
@@ -186,7 +234,8 @@ fn parse_hour(s: &str) -> std::result::Result<Hour, String> {
 fn init_logging(quiet: bool, verbose: u8) {
     let default = match (quiet, verbose) {
         (true, _) => "error",
-        (false, 0) => "warn,swelake=info",
+        // deltalake's MERGE warns about metrics it derives itself; that is not the user's concern.
+        (false, 0) => "warn,swelake=info,deltalake_core::operations::merge=error",
         (false, 1) => "info,swelake=debug",
         _ => "debug,swelake=trace",
     };
@@ -247,6 +296,32 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 print!("{}", summary.render_text());
             }
             Ok(if summary.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Run(a) => {
+            let registry = crate::jobs::Registry::load(a.jobs_dir.as_deref(), a.sql_dir.as_deref())?;
+            if a.list {
+                for j in registry.jobs.values() {
+                    println!("{:<16} {} (after: {})", j.name, j.description, j.depends_on.join(", "));
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let lake = Lake::open(a.lake.as_deref().expect("clap requires --lake"))?;
+            let wanted: Vec<String> = if a.all { registry.jobs.keys().cloned().collect() } else { a.jobs.clone() };
+            let opts = crate::jobs::RunOptions {
+                since: a.since,
+                until: a.until,
+                ingest: a.source.map(|source| IngestOptions { source, show_progress: !quiet, ..Default::default() }),
+                all: a.all,
+            };
+            let summaries = crate::jobs::run(&lake, &registry, &wanted, &opts).await?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&summaries)?);
+            } else {
+                for s in &summaries {
+                    print!("{}", s.render());
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Command::Sql(a) => {
             let lake = Lake::open(&a.lake)?;

@@ -80,6 +80,31 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
         }
     }
 
+    // Stage 2: pull-request tables, by the SQL jobs of jobs/*.toml.
+    let registry = crate::jobs::Registry::load(None, None)?;
+    let all: Vec<String> = registry.jobs.keys().cloned().collect();
+    let summaries =
+        crate::jobs::run(&lake, &registry, &all, &crate::jobs::RunOptions { all: true, ..Default::default() }).await?;
+    writeln!(report, "\n[jobs]")?;
+    for s in summaries.iter().filter(|s| s.job != "ingest") {
+        for line in s.render().lines() {
+            writeln!(report, "  {line}")?;
+        }
+    }
+    let prs = crate::sql::query(
+        &lake,
+        "SELECT p.repo_name, p.number, coalesce(p.title, '(title unknown)') AS title, \
+         CASE WHEN p.merged THEN 'merged' WHEN p.merged IS NULL THEN 'merge state unknown' ELSE 'not merged' END AS merge, \
+         p.metadata_source, l.issue_number \
+         FROM pull_requests p LEFT JOIN pr_issue_links l ON l.repo_name = p.repo_name AND l.pr_number = p.number \
+         ORDER BY p.repo_name, p.number",
+    )
+    .await?;
+    writeln!(report, "  pull requests:")?;
+    for line in arrow::util::pretty::pretty_format_batches(&prs)?.to_string().lines() {
+        writeln!(report, "    {line}")?;
+    }
+
     // Stage 7: reward (independent of the others; scores the bundled answer samples).
     let cases = samples.join("reward_cases.jsonl");
     if cases.is_file() {
@@ -107,5 +132,6 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
         "\nTry: swelake sql --lake {} \"SELECT repo_name, count(*) AS n FROM events GROUP BY repo_name ORDER BY n DESC LIMIT 5\"",
         lake_dir.display()
     )?;
+    writeln!(report, "     analyst queries to adapt: sql/examples/*.sql")?;
     Ok(report)
 }

@@ -204,13 +204,29 @@ impl Lake {
         predicate: String,
         app_metadata: HashMap<String, Value>,
     ) -> Result<Option<i64>> {
-        let prefix = format!("{key}.");
+        self.replace_keys(table, &[key.to_string()], files, predicate, app_metadata).await
+    }
+
+    /// [`Lake::replace_key`] for several keys in one transaction.
+    pub async fn replace_keys(
+        &self,
+        table: &mut DeltaTable,
+        keys: &[String],
+        files: Vec<StagedFile>,
+        predicate: String,
+        app_metadata: HashMap<String, Value>,
+    ) -> Result<Option<i64>> {
+        let prefixes: Vec<String> = keys.iter().map(|k| format!("{k}.")).collect();
         let snapshot = table.snapshot()?;
         let partition_by = snapshot.metadata().partition_columns().to_vec();
         let mut actions: Vec<Action> = snapshot
             .log_data()
             .iter()
-            .filter(|f| f.path().rsplit('/').next().is_some_and(|n| n.starts_with(&prefix)))
+            .filter(|f| {
+                let path = f.path();
+                let name = path.rsplit('/').next().unwrap_or_default();
+                prefixes.iter().any(|p| name.starts_with(p.as_str()))
+            })
             .map(|f| Action::Remove(f.remove_action(true)))
             .collect();
         actions.extend(files.into_iter().map(|f| Action::Add(f.into_add())));
@@ -219,14 +235,14 @@ impl Lake {
         }
         let op = DeltaOperation::Write {
             mode: SaveMode::Overwrite,
-            partition_by: (!partition_by.is_empty()).then(|| partition_by.to_vec()),
+            partition_by: (!partition_by.is_empty()).then_some(partition_by),
             predicate: Some(predicate),
         };
         let commit = CommitBuilder::from(CommitProperties::default().with_metadata(app_metadata))
             .with_actions(actions)
             .build(Some(snapshot), table.log_store(), op)
             .await
-            .with_context(|| format!("committing key {key}"))?;
+            .with_context(|| format!("committing {} key(s) starting {:?}", keys.len(), keys.first()))?;
         let version = commit.version as i64;
         table.load().await?;
         Ok(Some(version))
@@ -267,6 +283,9 @@ pub struct TableWriter {
     props: WriterProperties,
     open: HashMap<String, (ArrowWriter<File>, String, i64)>,
     done: Vec<StagedFile>,
+    /// Name files after their partition value instead of `key` (jobs that replace whole
+    /// partitions use the partition value as the key).
+    key_by_partition: bool,
 }
 
 impl TableWriter {
@@ -299,7 +318,14 @@ impl TableWriter {
             props,
             open: HashMap::new(),
             done: Vec::new(),
+            key_by_partition: false,
         })
+    }
+
+    /// Files are named `{partition value}.{uuid}.parquet` (see [`Lake::replace_keys`]).
+    pub fn keyed_by_partition(mut self) -> Self {
+        self.key_by_partition = true;
+        self
     }
 
     /// The partition value of every row, as Delta writes it in paths and the log.
@@ -363,7 +389,8 @@ impl TableWriter {
                 Some((_, col)) => format!("{col}={value}/"),
                 None => String::new(),
             };
-            let rel = format!("{dir_rel}{}.{}.parquet", self.key, uuid::Uuid::new_v4());
+            let key = if self.key_by_partition { value.as_str() } else { self.key.as_str() };
+            let rel = format!("{dir_rel}{key}.{}.parquet", uuid::Uuid::new_v4());
             let path = self.table_dir.join(&rel);
             if let Some(parent) = path.parent() {
                 std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;

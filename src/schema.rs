@@ -35,6 +35,10 @@ pub const FILES: &[(&str, &str)] = &[
     ("events_rejected", include_str!("../schemas/events_rejected.toml")),
     ("_job_runs", include_str!("../schemas/_job_runs.toml")),
     ("rollouts", include_str!("../schemas/rollouts.toml")),
+    ("pr_timeline", include_str!("../schemas/pr_timeline.toml")),
+    ("pull_requests", include_str!("../schemas/pull_requests.toml")),
+    ("issues", include_str!("../schemas/issues.toml")),
+    ("pr_issue_links", include_str!("../schemas/pr_issue_links.toml")),
 ];
 
 pub fn load(table: &str) -> Result<TableDoc> {

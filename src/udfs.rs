@@ -6,4 +6,5 @@ use datafusion::prelude::SessionContext;
 pub fn register_all(ctx: &SessionContext) {
     ctx.register_udf(crate::reward::udf::swerl_reward_udf());
     ctx.register_udf(crate::reward::udf::swerl_format_error_udf());
+    ctx.register_udf(crate::prs::udf::resolving_refs_udf());
 }

@@ -64,9 +64,11 @@ pub static EVENTS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
         s("base_ref"),
         s("base_sha"),
         s("base_repo_name"),
+        i("base_repo_id"),
         s("head_ref"),
         s("head_sha"),
         s("head_repo_name"),
+        i("head_repo_id"),
         i("commits"),
         i("additions"),
         i("deletions"),
@@ -178,8 +180,8 @@ builders! {
     title: Str, body: Str, state: Str, draft: BooleanBuilder, author_login: Str,
     author_id: Int64Builder, author_type: Str, author_association: Str, labels: StrList,
     label: Str, item_created_at: Ts, closed_at: Ts, merged: BooleanBuilder, merged_at: Ts,
-    merge_commit_sha: Str, base_ref: Str, base_sha: Str, base_repo_name: Str, head_ref: Str,
-    head_sha: Str, head_repo_name: Str, commits: Int64Builder, additions: Int64Builder,
+    merge_commit_sha: Str, base_ref: Str, base_sha: Str, base_repo_name: Str, base_repo_id: Int64Builder,
+    head_ref: Str, head_sha: Str, head_repo_name: Str, head_repo_id: Int64Builder, commits: Int64Builder, additions: Int64Builder,
     deletions: Int64Builder, changed_files: Int64Builder, comments: Int64Builder,
     comment_id: Int64Builder, comment_body: Str, comment_author_login: Str,
     comment_author_type: Str, comment_path: Str, review_state: Str, ref_name: Str,
@@ -271,9 +273,11 @@ impl EventsBuilder {
         c.base_ref.opt(base.and_then(|g| g.ref_name.as_deref()));
         c.base_sha.opt(base.and_then(|g| g.sha.as_deref()));
         c.base_repo_name.opt(repo_name(base).as_deref());
+        c.base_repo_id.append_option(base.and_then(|g| g.repo.as_ref()).and_then(|r| r.id));
         c.head_ref.opt(head.and_then(|g| g.ref_name.as_deref()));
         c.head_sha.opt(head.and_then(|g| g.sha.as_deref()));
         c.head_repo_name.opt(repo_name(head).as_deref());
+        c.head_repo_id.append_option(head.and_then(|g| g.repo.as_ref()).and_then(|r| r.id));
         c.commits.append_option(item.and_then(|i| i.commits));
         c.additions.append_option(item.and_then(|i| i.additions));
         c.deletions.append_option(item.and_then(|i| i.deletions));

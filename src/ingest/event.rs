@@ -43,6 +43,8 @@ pub struct Label<'a> {
 
 #[derive(Debug, Default, Deserialize)]
 pub struct RepoRef<'a> {
+    #[serde(default)]
+    pub id: Option<i64>,
     #[serde(borrow, default)]
     pub full_name: Option<Cow<'a, str>>,
     #[serde(borrow, default)]

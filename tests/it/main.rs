@@ -4,5 +4,6 @@
 
 mod common;
 mod ingest;
+mod prs;
 mod remote;
 mod reward;

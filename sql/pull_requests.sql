@@ -1,0 +1,106 @@
+-- pull_requests: one row per pull request with its latest known state.
+--
+-- Input: `pr_timeline_new` (the timeline partitions this run processes) selects the PRs to
+-- recompute; each is recomputed from all of its `pr_timeline` rows, so the result is the same
+-- however the history arrived. Each field takes the latest non-NULL value any event carried.
+-- Merge state: true on any evidence (merged flag, `merged` action, an issue object's
+-- pull_request.merged_at); false only when a full payload said so at or after the last close;
+-- otherwise NULL (the archive does not say - never a guessed false).
+WITH touched AS (
+    SELECT DISTINCT repo_name, pr_number FROM pr_timeline_new
+),
+t AS (
+    SELECT p.*
+    FROM pr_timeline p
+    JOIN touched k ON p.repo_name = k.repo_name AND p.pr_number = k.pr_number
+),
+agg AS (
+    SELECT
+        repo_name,
+        pr_number,
+        first_value(title ORDER BY created_at DESC, event_id DESC) FILTER (WHERE title IS NOT NULL) AS title,
+        first_value(snapshot_source ORDER BY created_at DESC, event_id DESC) FILTER (WHERE title IS NOT NULL) AS title_source,
+        first_value(body ORDER BY created_at DESC, event_id DESC) FILTER (WHERE body IS NOT NULL) AS body,
+        first_value(author_login ORDER BY created_at DESC, event_id DESC) FILTER (WHERE author_login IS NOT NULL) AS author_login,
+        first_value(author_id ORDER BY created_at DESC, event_id DESC) FILTER (WHERE author_id IS NOT NULL) AS author_id,
+        first_value(author_type ORDER BY created_at DESC, event_id DESC) FILTER (WHERE author_type IS NOT NULL) AS author_type,
+        first_value(labels ORDER BY created_at DESC, event_id DESC) FILTER (WHERE labels IS NOT NULL) AS labels,
+        first_value(state ORDER BY created_at DESC, event_id DESC) FILTER (WHERE state IS NOT NULL) AS state,
+        first_value(kind ORDER BY created_at DESC, event_id DESC) FILTER (WHERE snapshot_source = 'pull_request_event') AS last_action,
+        bool_or(kind = 'merged') AS merged_by_action,
+        bool_or(merged) AS merged_by_flag,
+        bool_or(snapshot_source = 'issue_event' AND merged_at IS NOT NULL) AS merged_by_issue,
+        max(CASE WHEN kind = 'merged' THEN created_at END) AS merged_action_at,
+        max(merged_at) AS payload_merged_at,
+        first_value(merged ORDER BY created_at DESC, event_id DESC) FILTER (WHERE merged IS NOT NULL) AS last_explicit_merged,
+        max(CASE WHEN merged IS NOT NULL THEN created_at END) AS last_explicit_at,
+        max(CASE WHEN kind = 'closed' OR kind = 'merged' THEN created_at END) AS last_close_at,
+        first_value(merge_commit_sha ORDER BY created_at DESC, event_id DESC) FILTER (WHERE merge_commit_sha IS NOT NULL) AS merge_commit_sha,
+        first_value(base_ref ORDER BY created_at DESC, event_id DESC) FILTER (WHERE base_ref IS NOT NULL) AS base_ref,
+        first_value(base_sha ORDER BY created_at DESC, event_id DESC) FILTER (WHERE base_sha IS NOT NULL) AS base_sha,
+        first_value(head_ref ORDER BY created_at DESC, event_id DESC) FILTER (WHERE head_ref IS NOT NULL AND snapshot_source = 'pull_request_event') AS head_ref,
+        first_value(head_sha ORDER BY created_at DESC, event_id DESC) FILTER (WHERE head_sha IS NOT NULL AND snapshot_source = 'pull_request_event') AS head_sha,
+        first_value(head_repo_name ORDER BY created_at DESC, event_id DESC) FILTER (WHERE head_repo_name IS NOT NULL AND snapshot_source = 'pull_request_event') AS head_repo_name,
+        first_value(commits ORDER BY created_at DESC, event_id DESC) FILTER (WHERE commits IS NOT NULL) AS commits,
+        first_value(additions ORDER BY created_at DESC, event_id DESC) FILTER (WHERE additions IS NOT NULL) AS additions,
+        first_value(deletions ORDER BY created_at DESC, event_id DESC) FILTER (WHERE deletions IS NOT NULL) AS deletions,
+        first_value(changed_files ORDER BY created_at DESC, event_id DESC) FILTER (WHERE changed_files IS NOT NULL) AS changed_files,
+        min(item_created_at) AS payload_created_at,
+        max(closed_at) AS closed_at,
+        min(created_at) AS first_event_at,
+        max(created_at) AS last_event_at,
+        count(*) AS timeline_events,
+        sum(CASE WHEN kind = 'comment' THEN 1 ELSE 0 END) AS comment_events,
+        sum(CASE WHEN kind = 'review' THEN 1 ELSE 0 END) AS review_events,
+        sum(CASE WHEN kind = 'review_comment' THEN 1 ELSE 0 END) AS review_comment_events,
+        sum(CASE WHEN kind = 'push' THEN 1 ELSE 0 END) AS push_events,
+        bool_or(payload_trimmed) AS saw_trimmed_payload
+    FROM t
+    GROUP BY repo_name, pr_number
+)
+SELECT
+    repo_name,
+    pr_number AS number,
+    title,
+    body,
+    author_login,
+    author_id,
+    author_type,
+    labels,
+    state,
+    last_action,
+    CASE
+        WHEN merged_by_flag OR merged_by_action OR merged_by_issue THEN true
+        WHEN last_explicit_merged = false AND (last_close_at IS NULL OR last_explicit_at >= last_close_at) THEN false
+        ELSE CAST(NULL AS BOOLEAN)
+    END AS merged,
+    CASE WHEN merged_by_flag OR merged_by_action OR merged_by_issue THEN coalesce(payload_merged_at, merged_action_at) END AS merged_at,
+    CASE
+        WHEN merged_by_flag THEN 'pull_request_event'
+        WHEN merged_by_action THEN 'merged_action'
+        WHEN merged_by_issue THEN 'issue_event'
+        WHEN last_explicit_merged = false AND (last_close_at IS NULL OR last_explicit_at >= last_close_at) THEN 'pull_request_event'
+        ELSE 'unknown'
+    END AS merge_source,
+    coalesce(title_source, 'none') AS metadata_source,
+    base_ref,
+    base_sha,
+    head_ref,
+    head_sha,
+    head_repo_name,
+    merge_commit_sha,
+    commits,
+    additions,
+    deletions,
+    changed_files,
+    coalesce(payload_created_at, first_event_at) AS created_at,
+    closed_at,
+    first_event_at,
+    last_event_at,
+    timeline_events,
+    comment_events,
+    review_events,
+    review_comment_events,
+    push_events,
+    saw_trimmed_payload
+FROM agg
