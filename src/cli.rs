@@ -66,7 +66,8 @@ Examples:
   swelake run --all --lake lake                        # bring every table up to date
   swelake run pull_requests --lake lake                # and pr_timeline before it
   swelake run --all --lake lake --source data/gharchive   # ingest new hours first
-  swelake run pr_timeline --lake lake --since 2025-01-01 --until 2025-01-31")]
+  swelake run pr_timeline --lake lake --since 2025-01-01 --until 2025-01-31
+  swelake run snapshots --lake lake --repo-url 'file:///srv/mirrors/{repo}.git' --repos o/a,o/b")]
     Run(RunArgs),
     /// Run a read-only SQL query over every table of a lake.
     #[command(after_help = "\
@@ -101,6 +102,16 @@ Examples:
     /// Benchmarks that print throughput next to a baseline measured in the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Regenerate the sample hour files (and optionally the sample git repositories).
+    #[command(hide = true)]
+    Samples {
+        /// Where to write the hour files (data-samples/gharchive to refresh the committed ones).
+        #[arg(long)]
+        hours: PathBuf,
+        /// Where to create the sample repositories (default: a temporary directory).
+        #[arg(long)]
+        repos: Option<PathBuf>,
+    },
     /// Internal: decompress a file and count its lines (the floor of `bench ingest`).
     #[command(hide = true, name = "bench-floor")]
     BenchFloor { path: PathBuf },
@@ -160,6 +171,19 @@ struct RunArgs {
     /// GH Archive source for the ingest job (else ingest is skipped).
     #[arg(long)]
     source: Option<String>,
+    /// Where the git repositories are, for the snapshots job, with {repo} for owner/name:
+    /// file:///mirrors/{repo}.git, /srv/git/{repo}, https://github.com/{repo}.git
+    #[arg(long)]
+    repo_url: Option<String>,
+    /// Snapshot only these repositories (comma-separated owner/name).
+    #[arg(long, value_delimiter = ',')]
+    repos: Vec<String>,
+    /// Directory of the bare git mirrors kept between runs [default: ~/.cache/swelake/mirrors].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Blobs larger than this are recorded without their content.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_blob_bytes: usize,
     /// Read job declarations from this directory (overrides the built-in jobs/).
     #[arg(long)]
     jobs_dir: Option<PathBuf>,
@@ -221,6 +245,8 @@ enum BenchCommand {
     Ingest(crate::bench::IngestBenchArgs),
     /// Reward throughput vs python3's difflib on the same cases.
     Reward(crate::bench::RewardBenchArgs),
+    /// Blob extraction (the snapshot job's reads) vs `git cat-file --batch`.
+    Blobs(crate::bench::BlobsBenchArgs),
 }
 
 fn default_jobs() -> usize {
@@ -311,6 +337,17 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 since: a.since,
                 until: a.until,
                 ingest: a.source.map(|source| IngestOptions { source, show_progress: !quiet, ..Default::default() }),
+                snapshots: a.repo_url.map(|url| {
+                    let mut so = crate::snapshots::SnapshotOptions::new(
+                        url,
+                        a.cache_dir.unwrap_or_else(crate::snapshots::default_cache_dir),
+                    );
+                    so.repos = (!a.repos.is_empty()).then_some(a.repos);
+                    so.max_blob_bytes = a.max_blob_bytes;
+                    so.jobs = default_jobs();
+                    so.show_progress = !quiet;
+                    so
+                }),
                 all: a.all,
             };
             let summaries = crate::jobs::run(&lake, &registry, &wanted, &opts).await?;
@@ -381,8 +418,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             crate::bench::ingest(&a).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Samples { hours, repos } => {
+            let tmp = tempfile::tempdir()?;
+            let dir = repos.unwrap_or_else(|| tmp.path().to_path_buf());
+            let made = crate::samples::create_repos(&dir)?;
+            for p in crate::samples::write_hours(&hours, &made)? {
+                println!("wrote {}", p.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::BenchFloor { path } => {
             println!("{}", crate::bench::gunzip_count(&path)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Blobs(a)) => {
+            crate::bench::blobs(&a)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Reward(a)) => {

@@ -80,11 +80,20 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
         }
     }
 
-    // Stage 2: pull-request tables, by the SQL jobs of jobs/*.toml.
+    // Stages 2 and 3: pull-request tables (the SQL jobs of jobs/*.toml) and file snapshots
+    // from the sample repositories, which are made by code (see `samples`).
+    let repos_dir = lake.root().join("_sample_repos");
+    let repos = crate::samples::create_repos(&repos_dir)?;
+    let mut snap = crate::snapshots::SnapshotOptions::new(
+        format!("{}/{{repo}}.git", repos_dir.display()),
+        lake.root().join("_mirrors"),
+    );
+    snap.show_progress = progress;
     let registry = crate::jobs::Registry::load(None, None)?;
     let all: Vec<String> = registry.jobs.keys().cloned().collect();
-    let summaries =
-        crate::jobs::run(&lake, &registry, &all, &crate::jobs::RunOptions { all: true, ..Default::default() }).await?;
+    let opts = crate::jobs::RunOptions { all: true, snapshots: Some(snap), ..Default::default() };
+    let summaries = crate::jobs::run(&lake, &registry, &all, &opts).await?;
+    writeln!(report, "\n[repositories] {} sample git repositories in {}", repos.len(), repos_dir.display())?;
     writeln!(report, "\n[jobs]")?;
     for s in summaries.iter().filter(|s| s.job != "ingest") {
         for line in s.render().lines() {
@@ -102,6 +111,18 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
     .await?;
     writeln!(report, "  pull requests:")?;
     for line in arrow::util::pretty::pretty_format_batches(&prs)?.to_string().lines() {
+        writeln!(report, "    {line}")?;
+    }
+
+    let files = crate::sql::query(
+        &lake,
+        "SELECT f.repo_name, f.pr_number, f.status, f.path, f.old_path, f.additions, f.deletions, f.is_binary, \
+         coalesce(f.language, '-') AS language, length(b.content) AS new_chars \
+         FROM pr_files f LEFT JOIN file_blobs b ON b.blob_sha = f.new_blob ORDER BY f.repo_name, f.pr_number, f.path",
+    )
+    .await?;
+    writeln!(report, "  files changed by merged PRs (from git):")?;
+    for line in arrow::util::pretty::pretty_format_batches(&files)?.to_string().lines() {
         writeln!(report, "    {line}")?;
     }
 

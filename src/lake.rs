@@ -248,6 +248,63 @@ impl Lake {
         Ok(Some(version))
     }
 
+    /// Delta MERGE of `source` into table `name` (created with `schema` if missing) on the
+    /// `keys` columns: matched rows are updated (only by newer rows when `newer_by` names a
+    /// column), the others inserted. Returns the new table version.
+    pub async fn upsert(
+        &self,
+        name: &str,
+        source: datafusion::prelude::DataFrame,
+        schema: &Schema,
+        keys: &[String],
+        newer_by: Option<&str>,
+    ) -> Result<Option<i64>> {
+        if keys.is_empty() {
+            bail!("an upsert into `{name}` needs key columns");
+        }
+        let table = self.ensure_table(name, schema, &[]).await?;
+        let cols: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        let on = keys.iter().map(|k| format!("target.{k} = source.{k}")).collect::<Vec<_>>().join(" AND ");
+        let newer = newer_by.map(str::to_string);
+        let (cols_u, cols_i) = (cols.clone(), cols);
+        let (table, _metrics) = table
+            .merge(source, on)
+            .with_source_alias("source")
+            .with_target_alias("target")
+            .when_matched_update(move |mut u| {
+                if let Some(n) = &newer {
+                    u = u.predicate(format!("source.{n} >= target.{n}"));
+                }
+                for c in &cols_u {
+                    u = u.update(c.as_str(), format!("source.{c}"));
+                }
+                u
+            })?
+            .when_not_matched_insert(move |mut i| {
+                for c in &cols_i {
+                    i = i.set(c.as_str(), format!("source.{c}"));
+                }
+                i
+            })?
+            .await
+            .with_context(|| format!("merging into `{name}`"))?;
+        Ok(table.version().map(|v| v as i64))
+    }
+
+    /// Deletes the rows matching a SQL predicate (a no-op when the table does not exist).
+    pub async fn delete_where(&self, name: &str, predicate: &str) -> Result<()> {
+        if !self.has_table(name) {
+            return Ok(());
+        }
+        let table = self.open_table(name).await?;
+        table
+            .delete()
+            .with_predicate(predicate)
+            .await
+            .with_context(|| format!("deleting from `{name}` where {predicate}"))?;
+        Ok(())
+    }
+
     /// Appends batches to a table (small bookkeeping tables; bulk data uses staged files).
     pub async fn append(&self, table: DeltaTable, batches: Vec<RecordBatch>) -> Result<DeltaTable> {
         if batches.iter().all(|b| b.num_rows() == 0) {

@@ -11,6 +11,8 @@ pub mod lake;
 pub mod progress;
 pub mod prs;
 pub mod reward;
+pub mod samples;
 pub mod schema;
+pub mod snapshots;
 pub mod sql;
 pub mod udfs;

@@ -39,6 +39,11 @@ pub const FILES: &[(&str, &str)] = &[
     ("pull_requests", include_str!("../schemas/pull_requests.toml")),
     ("issues", include_str!("../schemas/issues.toml")),
     ("pr_issue_links", include_str!("../schemas/pr_issue_links.toml")),
+    ("pr_files", include_str!("../schemas/pr_files.toml")),
+    ("file_blobs", include_str!("../schemas/file_blobs.toml")),
+    ("pr_commits", include_str!("../schemas/pr_commits.toml")),
+    ("pr_snapshots", include_str!("../schemas/pr_snapshots.toml")),
+    ("snapshot_errors", include_str!("../schemas/snapshot_errors.toml")),
 ];
 
 pub fn load(table: &str) -> Result<TableDoc> {
@@ -170,6 +175,11 @@ mod tests {
             ("events", &crate::ingest::batch::EVENTS_SCHEMA, vec!["event_date".into()]),
             ("events_rejected", &crate::ingest::batch::REJECTED_SCHEMA, vec![]),
             ("_job_runs", &crate::jobs::runs::JOB_RUNS_SCHEMA, vec![]),
+            ("pr_files", &crate::snapshots::tables::PR_FILES, vec![]),
+            ("file_blobs", &crate::snapshots::tables::FILE_BLOBS, vec![]),
+            ("pr_commits", &crate::snapshots::tables::PR_COMMITS, vec![]),
+            ("pr_snapshots", &crate::snapshots::tables::PR_SNAPSHOTS, vec![]),
+            ("snapshot_errors", &crate::snapshots::tables::SNAPSHOT_ERRORS, vec![]),
         ];
         for (name, schema, parts) in cases {
             let doc = load(name).unwrap();

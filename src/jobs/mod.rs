@@ -49,6 +49,7 @@ const EMBEDDED_JOBS: &[(&str, &str)] = &[
     ("issues", include_str!("../../jobs/issues.toml")),
     ("pull_requests", include_str!("../../jobs/pull_requests.toml")),
     ("pr_issue_links", include_str!("../../jobs/pr_issue_links.toml")),
+    ("snapshots", include_str!("../../jobs/snapshots.toml")),
 ];
 
 const EMBEDDED_SQL: &[(&str, &str)] = &[
@@ -161,6 +162,8 @@ pub struct RunOptions {
     pub until: Option<String>,
     /// Source for the ingest job; without it ingest is skipped.
     pub ingest: Option<crate::ingest::IngestOptions>,
+    /// Where the git repositories are, for the snapshots job; without it snapshots is skipped.
+    pub snapshots: Option<crate::snapshots::SnapshotOptions>,
     /// Running every job (`--all`): jobs that cannot run (ingest without a source) are
     /// skipped instead of being an error.
     pub all: bool,
@@ -239,6 +242,30 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
                 None => JobSummary {
                     job: name.clone(),
                     skipped_reason: Some("no --source given (the lake's events are used as they are)".into()),
+                    ..Default::default()
+                },
+            },
+            "rust:snapshots" => match &opts.snapshots {
+                Some(so) => {
+                    let s = crate::snapshots::run(lake, so).await?;
+                    let mut notes = BTreeMap::from([
+                        ("prs_snapshotted".to_string(), s.prs_snapshotted as i64),
+                        ("prs_already_done".to_string(), s.prs_already_done as i64),
+                        ("prs_failed".to_string(), s.prs_failed as i64),
+                        ("files".to_string(), s.files as i64),
+                        ("new_blobs".to_string(), s.new_blobs as i64),
+                    ]);
+                    for (reason, n) in &s.failures_by_reason {
+                        notes.insert(format!("failed:{reason}"), *n as i64);
+                    }
+                    let mut partitions = s.repos_processed.clone();
+                    partitions.sort();
+                    JobSummary { job: name.clone(), partitions, rows_out: s.files as u64, notes, ..Default::default() }
+                }
+                None if explicitly.contains(&name) => bail!("the snapshots job needs --repo-url"),
+                None => JobSummary {
+                    job: name.clone(),
+                    skipped_reason: Some("no --repo-url given (where the git repositories are)".into()),
                     ..Default::default()
                 },
             },

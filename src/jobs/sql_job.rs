@@ -232,40 +232,12 @@ async fn upsert(
     schema: &Schema,
     write: &WriteSpec,
 ) -> Result<(u64, Option<i64>)> {
-    if write.keys.is_empty() {
-        bail!("upsert needs `keys`");
-    }
     let rows = result.clone().count().await? as u64;
     if rows == 0 {
         return Ok((0, None));
     }
-    let table = lake.ensure_table(output, schema, &[]).await?;
-    let cols: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
-    let on = write.keys.iter().map(|k| format!("target.{k} = source.{k}")).collect::<Vec<_>>().join(" AND ");
-    let newer = write.newer_by.clone();
-    let (cols_u, cols_i) = (cols.clone(), cols);
-    let (table, _metrics) = table
-        .merge(result, on)
-        .with_source_alias("source")
-        .with_target_alias("target")
-        .when_matched_update(move |mut u| {
-            if let Some(n) = &newer {
-                u = u.predicate(format!("source.{n} >= target.{n}"));
-            }
-            for c in &cols_u {
-                u = u.update(c.as_str(), format!("source.{c}"));
-            }
-            u
-        })?
-        .when_not_matched_insert(move |mut i| {
-            for c in &cols_i {
-                i = i.set(c.as_str(), format!("source.{c}"));
-            }
-            i
-        })?
-        .await
-        .with_context(|| format!("merging into `{output}`"))?;
-    Ok((rows, table.version().map(|v| v as i64)))
+    let version = lake.upsert(output, result, schema, &write.keys, write.newer_by.as_deref()).await?;
+    Ok((rows, version))
 }
 
 /// Rewrites the output with the rows of touched keys replaced by the result's rows.

@@ -7,3 +7,4 @@ mod ingest;
 mod prs;
 mod remote;
 mod reward;
+mod snapshots;

@@ -1,0 +1,453 @@
+//! File snapshots from git: for every merged PR in scope, the files it changed with their
+//! content before (at the merge base) and after (at the head), the per-file patch, and the
+//! PR's commits.
+//!
+//! Input: `pull_requests` (merged, with base and head SHAs). Output: `pr_files` (one row per
+//! changed file, contents by blob id), `file_blobs` (each blob once, content-addressed),
+//! `pr_commits`, `pr_snapshots` (the state of every PR attempted: ok or error, which is the
+//! watermark), and `snapshot_errors` (every failed attempt). A repository that cannot be
+//! cloned, a SHA that no longer exists (force-push) or a corrupt object fails that PR or
+//! repository only; a rerun retries exactly what is not `ok`.
+//!
+//! Not here: how git is read (`git`), table layouts (`tables`).
+
+pub mod git;
+pub mod lang;
+pub mod tables;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::DataType;
+use futures::StreamExt;
+use serde::Serialize;
+
+use crate::jobs::runs::{self, RunRecord};
+use crate::lake::{writer_properties, Codec, Lake, TableWriter};
+use git::GitFailure;
+use tables::{BlobRow, CommitRow, FileRow, SnapshotRow};
+
+pub const PR_FILES: &str = "pr_files";
+pub const FILE_BLOBS: &str = "file_blobs";
+pub const PR_COMMITS: &str = "pr_commits";
+pub const PR_SNAPSHOTS: &str = "pr_snapshots";
+pub const SNAPSHOT_ERRORS: &str = "snapshot_errors";
+
+/// Settings of a snapshot run.
+#[derive(Debug, Clone)]
+pub struct SnapshotOptions {
+    /// Where each repository is, with `{repo}` for `owner/name`: `file:///mirrors/{repo}.git`,
+    /// `/srv/git/{repo}`, `https://github.com/{repo}.git` (https needs a libgit2 with TLS).
+    pub repo_url: String,
+    /// Only these repositories.
+    pub repos: Option<Vec<String>>,
+    /// Directory of the bare mirrors (one per repository, kept between runs).
+    pub cache_dir: PathBuf,
+    /// Blobs larger than this are recorded (size, binary flag) without their content.
+    pub max_blob_bytes: usize,
+    /// Repositories processed at once.
+    pub jobs: usize,
+    /// Snapshot again PRs that are already `ok`.
+    pub force: bool,
+    pub show_progress: bool,
+}
+
+impl SnapshotOptions {
+    pub fn new(repo_url: impl Into<String>, cache_dir: PathBuf) -> Self {
+        SnapshotOptions {
+            repo_url: repo_url.into(),
+            repos: None,
+            cache_dir,
+            max_blob_bytes: 1 << 20,
+            jobs: 2,
+            force: false,
+            show_progress: true,
+        }
+    }
+}
+
+/// The default mirror cache: `$XDG_CACHE_HOME/swelake/mirrors` or `~/.cache/swelake/mirrors`.
+pub fn default_cache_dir() -> PathBuf {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(|| PathBuf::from(".cache"));
+    base.join("swelake").join("mirrors")
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SnapshotSummary {
+    pub repos: usize,
+    /// Repositories that had PRs to snapshot in this run.
+    pub repos_processed: Vec<String>,
+    pub prs_in_scope: usize,
+    pub prs_already_done: usize,
+    pub prs_snapshotted: usize,
+    pub prs_failed: usize,
+    pub failures_by_reason: BTreeMap<String, usize>,
+    pub files: usize,
+    pub commits: usize,
+    pub new_blobs: usize,
+    pub new_blob_bytes: u64,
+}
+
+#[derive(Debug, Clone)]
+struct PrRef {
+    number: i64,
+    base: String,
+    head: String,
+}
+
+/// Everything learned from one repository.
+#[derive(Default)]
+struct RepoResult {
+    repo: String,
+    files: Vec<FileRow>,
+    commits: Vec<CommitRow>,
+    blobs: Vec<BlobRow>,
+    snapshots: Vec<SnapshotRow>,
+}
+
+/// Rows of the first two columns of a query, as strings.
+async fn string_rows(ctx: &datafusion::prelude::SessionContext, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
+    let mut out = Vec::new();
+    for b in ctx.sql(sql).await?.collect().await? {
+        let cols: Vec<_> = (0..b.num_columns())
+            .map(|i| arrow::compute::cast(b.column(i), &DataType::Utf8))
+            .collect::<Result<_, _>>()?;
+        for r in 0..b.num_rows() {
+            out.push(
+                cols.iter()
+                    .map(|c| {
+                        let s = c.as_string::<i32>();
+                        (!s.is_null(r)).then(|| s.value(r).to_string())
+                    })
+                    .collect(),
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+/// Snapshots every merged PR in scope that is not snapshotted yet.
+pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary> {
+    let mut summary = SnapshotSummary::default();
+    if !lake.has_table("pull_requests") {
+        anyhow::bail!("no pull_requests table yet: run the pull_requests job first");
+    }
+    let ctx = lake.session().await?;
+    let scope = match &opts.repos {
+        Some(r) if !r.is_empty() => {
+            format!(" AND repo_name IN ({})", r.iter().map(|x| quote(x)).collect::<Vec<_>>().join(", "))
+        }
+        _ => String::new(),
+    };
+    let prs = string_rows(
+        &ctx,
+        &format!(
+            "SELECT repo_name, number, base_sha, head_sha FROM pull_requests \
+             WHERE merged AND base_sha IS NOT NULL AND head_sha IS NOT NULL{scope} ORDER BY repo_name, number"
+        ),
+    )
+    .await?;
+    summary.prs_in_scope = prs.len();
+    let done: HashSet<(String, String, String, String)> = if lake.has_table(PR_SNAPSHOTS) && !opts.force {
+        string_rows(
+            &ctx,
+            &format!("SELECT repo_name, pr_number, base_sha, head_sha FROM {PR_SNAPSHOTS} WHERE status = 'ok'"),
+        )
+        .await?
+        .into_iter()
+        .map(|r| {
+            (
+                r[0].clone().unwrap_or_default(),
+                r[1].clone().unwrap_or_default(),
+                r[2].clone().unwrap_or_default(),
+                r[3].clone().unwrap_or_default(),
+            )
+        })
+        .collect()
+    } else {
+        HashSet::new()
+    };
+    let previously: HashSet<(String, String)> = if lake.has_table(PR_SNAPSHOTS) {
+        string_rows(&ctx, &format!("SELECT repo_name, pr_number FROM {PR_SNAPSHOTS} WHERE status = 'ok'"))
+            .await?
+            .into_iter()
+            .map(|r| (r[0].clone().unwrap_or_default(), r[1].clone().unwrap_or_default()))
+            .collect()
+    } else {
+        HashSet::new()
+    };
+    let mut by_repo: BTreeMap<String, Vec<PrRef>> = BTreeMap::new();
+    for r in prs {
+        let (repo, num, base, head) = (
+            r[0].clone().unwrap_or_default(),
+            r[1].clone().unwrap_or_default(),
+            r[2].clone().unwrap_or_default(),
+            r[3].clone().unwrap_or_default(),
+        );
+        if done.contains(&(repo.clone(), num.clone(), base.clone(), head.clone())) {
+            summary.prs_already_done += 1;
+            continue;
+        }
+        by_repo.entry(repo).or_default().push(PrRef { number: num.parse().unwrap_or_default(), base, head });
+    }
+    summary.repos = by_repo.len();
+    let known: HashSet<git2::Oid> = if lake.has_table(FILE_BLOBS) {
+        string_rows(&ctx, &format!("SELECT blob_sha FROM {FILE_BLOBS}"))
+            .await?
+            .into_iter()
+            .filter_map(|r| r[0].as_deref().and_then(|s| git2::Oid::from_str(s).ok()))
+            .collect()
+    } else {
+        HashSet::new()
+    };
+    let known = Arc::new(Mutex::new(known));
+
+    let mp = crate::progress::multi(opts.show_progress);
+    let bar = mp.add(crate::progress::count_bar(by_repo.len() as u64, "repositories"));
+    let mut stream = futures::stream::iter(by_repo.into_iter().map(|(repo, prs)| {
+        let opts = opts.clone();
+        let known = known.clone();
+        async move {
+            tokio::task::spawn_blocking(move || snapshot_repo(&repo, &prs, &opts, &known))
+                .await
+                .context("a snapshot worker panicked")
+        }
+    }))
+    .buffer_unordered(opts.jobs.max(1));
+    while let Some(result) = stream.next().await {
+        let r = result?;
+        write_repo(lake, &r, &previously, &mut summary)
+            .await
+            .with_context(|| format!("writing snapshots of {}", r.repo))?;
+        summary.repos_processed.push(r.repo.clone());
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    Ok(summary)
+}
+
+/// Reads everything about the PRs of one repository (blocking: libgit2).
+fn snapshot_repo(
+    repo_name: &str,
+    prs: &[PrRef],
+    opts: &SnapshotOptions,
+    known: &Mutex<HashSet<git2::Oid>>,
+) -> RepoResult {
+    let mut out = RepoResult { repo: repo_name.to_string(), ..Default::default() };
+    let fail_all = |out: &mut RepoResult, f: GitFailure| {
+        for p in prs {
+            out.snapshots.push(SnapshotRow {
+                repo_name: repo_name.to_string(),
+                pr_number: p.number,
+                base_sha: p.base.clone(),
+                head_sha: p.head.clone(),
+                merge_base: None,
+                files: 0,
+                commits: 0,
+                failure: Some(f.clone()),
+            });
+        }
+    };
+    let url = opts.repo_url.replace("{repo}", repo_name);
+    let repo = match git::open_mirror(&opts.cache_dir, repo_name, &url) {
+        Ok(r) => r,
+        Err(f) => {
+            fail_all(&mut out, f);
+            return out;
+        }
+    };
+    // Fetch once for every missing commit of the repository's PRs.
+    let mut wanted = Vec::new();
+    for p in prs {
+        for s in [&p.base, &p.head] {
+            if let Ok(o) = git::oid(s) {
+                wanted.push(o);
+            }
+        }
+    }
+    let numbers: Vec<i64> = prs.iter().map(|p| p.number).collect();
+    let missing: HashSet<git2::Oid> = git::ensure_commits(&repo, &url, &wanted, &numbers).into_iter().collect();
+    for p in prs {
+        match snapshot_pr(&repo, repo_name, p, &missing, opts, known) {
+            Ok((files, commits, blobs, mb)) => {
+                out.snapshots.push(SnapshotRow {
+                    repo_name: repo_name.to_string(),
+                    pr_number: p.number,
+                    base_sha: p.base.clone(),
+                    head_sha: p.head.clone(),
+                    merge_base: Some(mb),
+                    files: files.len(),
+                    commits: commits.len(),
+                    failure: None,
+                });
+                out.files.extend(files);
+                out.commits.extend(commits);
+                out.blobs.extend(blobs);
+            }
+            Err(f) => out.snapshots.push(SnapshotRow {
+                repo_name: repo_name.to_string(),
+                pr_number: p.number,
+                base_sha: p.base.clone(),
+                head_sha: p.head.clone(),
+                merge_base: None,
+                files: 0,
+                commits: 0,
+                failure: Some(f),
+            }),
+        }
+    }
+    out
+}
+
+type PrSnapshot = (Vec<FileRow>, Vec<CommitRow>, Vec<BlobRow>, String);
+
+fn snapshot_pr(
+    repo: &git2::Repository,
+    repo_name: &str,
+    p: &PrRef,
+    missing: &HashSet<git2::Oid>,
+    opts: &SnapshotOptions,
+    known: &Mutex<HashSet<git2::Oid>>,
+) -> Result<PrSnapshot, GitFailure> {
+    let (base, head) = (git::oid(&p.base)?, git::oid(&p.head)?);
+    for (what, o) in [("base", base), ("head", head)] {
+        if missing.contains(&o) {
+            return Err(GitFailure {
+                reason: "sha_not_found",
+                message: format!("{what} commit {o} is not in the repository (force-pushed or deleted?)"),
+            });
+        }
+    }
+    let (mb, changes) = git::pr_changes(repo, base, head)?;
+    let commits = git::pr_commits(repo, base, head)?;
+    let mut blobs = Vec::new();
+    for c in &changes {
+        for oid in [c.old_blob, c.new_blob].into_iter().flatten() {
+            // Each blob is read once per lake: skip what is stored or taken by another PR.
+            if !known.lock().expect("blob set lock").insert(oid) {
+                continue;
+            }
+            let size = git::blob_size(repo, oid)?;
+            let (content, is_binary) = if size <= opts.max_blob_bytes {
+                let (bytes, bin) = git::read_blob(repo, oid)?;
+                (Some(bytes), bin)
+            } else {
+                (None, git::blob_is_binary(repo, oid)?)
+            };
+            blobs.push(BlobRow { sha: oid.to_string(), size, is_binary, content });
+        }
+    }
+    let files = changes
+        .into_iter()
+        .map(|c| FileRow {
+            repo_name: repo_name.to_string(),
+            pr_number: p.number,
+            path: c.path,
+            old_path: c.old_path,
+            status: c.status,
+            old_blob: c.old_blob.map(|o| o.to_string()),
+            new_blob: c.new_blob.map(|o| o.to_string()),
+            old_mode: c.old_mode,
+            new_mode: c.new_mode,
+            additions: c.additions,
+            deletions: c.deletions,
+            is_binary: c.is_binary,
+            patch: c.patch,
+            merge_base: mb.to_string(),
+            head_sha: p.head.clone(),
+        })
+        .collect();
+    let commits = commits
+        .into_iter()
+        .enumerate()
+        .map(|(i, info)| CommitRow { repo_name: repo_name.to_string(), pr_number: p.number, position: i, info })
+        .collect();
+    Ok((files, commits, blobs, mb.to_string()))
+}
+
+fn repo_key(repo: &str) -> String {
+    repo.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
+}
+
+/// Appends one batch to a table through staged files (a commit that only adds).
+async fn append_batch(lake: &Lake, table: &str, batch: &RecordBatch, long_text: &[&str]) -> Result<()> {
+    if batch.num_rows() == 0 {
+        return Ok(());
+    }
+    let mut t = lake.ensure_table(table, &batch.schema(), &[]).await?;
+    let key = format!("{}", uuid::Uuid::new_v4().simple());
+    let mut w = TableWriter::new(lake, table, &key, &batch.schema(), None, writer_properties(long_text, Codec::Zstd))?;
+    w.write(batch)?;
+    let files = w.finish()?;
+    lake.replace_key(&mut t, &key, files, "append".into(), HashMap::new()).await?;
+    Ok(())
+}
+
+async fn write_repo(
+    lake: &Lake,
+    r: &RepoResult,
+    previously: &HashSet<(String, String)>,
+    s: &mut SnapshotSummary,
+) -> Result<()> {
+    let now = chrono::Utc::now().timestamp_micros();
+    let ok: Vec<&SnapshotRow> = r.snapshots.iter().filter(|x| x.failure.is_none()).collect();
+    // PRs snapshotted before (their SHAs changed, or --force) lose their old rows first; if
+    // the run stops in between they are not `ok`, so the next run redoes them.
+    let redo: Vec<String> = ok
+        .iter()
+        .filter(|x| previously.contains(&(x.repo_name.clone(), x.pr_number.to_string())))
+        .map(|x| x.pr_number.to_string())
+        .collect();
+    if !redo.is_empty() {
+        let pred = format!("repo_name = {} AND pr_number IN ({})", quote(&r.repo), redo.join(", "));
+        lake.delete_where(PR_FILES, &pred).await?;
+        lake.delete_where(PR_COMMITS, &pred).await?;
+    }
+    append_batch(lake, FILE_BLOBS, &tables::blobs_batch(&r.blobs), &["content", "content_bytes", "blob_sha"]).await?;
+    append_batch(lake, PR_FILES, &tables::files_batch(&r.files), &["patch", "patch_bytes"]).await?;
+    append_batch(lake, PR_COMMITS, &tables::commits_batch(&r.commits), &["message", "sha"]).await?;
+    append_batch(lake, SNAPSHOT_ERRORS, &tables::errors_batch(&r.snapshots, now), &["message"]).await?;
+    let snaps = tables::snapshots_batch(&r.snapshots, now);
+    if snaps.num_rows() > 0 {
+        let ctx = datafusion::prelude::SessionContext::new();
+        let df = ctx.read_batch(snaps.clone())?;
+        lake.upsert(PR_SNAPSHOTS, df, &snaps.schema(), &["repo_name".into(), "pr_number".into()], None).await?;
+    }
+
+    let failed: Vec<&SnapshotRow> = r.snapshots.iter().filter(|x| x.failure.is_some()).collect();
+    for f in &failed {
+        *s.failures_by_reason.entry(f.failure.as_ref().expect("filtered").reason.to_string()).or_default() += 1;
+        tracing::warn!(repo = %f.repo_name, pr = f.pr_number, reason = f.failure.as_ref().expect("filtered").reason, "snapshot failed");
+    }
+    s.prs_snapshotted += ok.len();
+    s.prs_failed += failed.len();
+    s.files += r.files.len();
+    s.commits += r.commits.len();
+    s.new_blobs += r.blobs.len();
+    s.new_blob_bytes += r.blobs.iter().map(|b| b.content.as_ref().map_or(0, |c| c.len() as u64)).sum::<u64>();
+    let detail = serde_json::json!({"prs": r.snapshots.len(), "failed": failed.len(), "files": r.files.len(), "new_blobs": r.blobs.len()});
+    let mut rec = RunRecord::ok(
+        "snapshots",
+        &repo_key(&r.repo),
+        r.snapshots.len() as u64,
+        ok.len() as u64,
+        failed.len() as u64,
+        None,
+        detail,
+    );
+    if ok.is_empty() && !failed.is_empty() {
+        rec.status = "failed".into();
+    }
+    runs::record(lake, rec).await
+}
