@@ -1,11 +1,16 @@
 -- pr_issue_links: the issues each pull request says it resolves.
 --
--- Input: `pr_timeline_new` selects the PRs to recompute; their texts are the title and body
--- in `pull_requests` and the messages of commits pushed to their head branch in `pr_timeline`.
+-- Input: `pr_timeline_new` selects the PRs to recompute, with those snapshotted from git since
+-- the job's last run; their texts are the title and body in `pull_requests`, the messages of
+-- commits pushed to their head branch in `pr_timeline` (absent after the 2025-10-07 trim), and
+-- the messages of their commits read from git in `pr_commits`.
 -- resolving_refs() (a Rust UDF) finds closing keywords and references in every form; one row
 -- per (PR, issue), with the keyword and the first text it came from (title, body, commit).
 WITH touched AS (
     SELECT DISTINCT repo_name, pr_number FROM pr_timeline_new
+    UNION
+    SELECT repo_name, pr_number FROM pr_snapshots
+    WHERE status = 'ok' AND snapshotted_at > (SELECT last_run_at FROM job_last_run)
 ),
 texts AS (
     SELECT p.repo_name, p.number AS pr_number, 1 AS source_rank, 'title' AS source, p.title AS text
@@ -20,6 +25,9 @@ texts AS (
         FROM pr_timeline t JOIN touched k ON t.repo_name = k.repo_name AND t.pr_number = k.pr_number
         WHERE t.kind = 'push' AND t.push_commit_messages IS NOT NULL
     ) m
+    UNION ALL
+    SELECT c.repo_name, c.pr_number, 3, 'commit_message', c.message
+    FROM pr_commits c JOIN touched k ON c.repo_name = k.repo_name AND c.pr_number = k.pr_number
 ),
 refs AS (
     SELECT repo_name, pr_number, source_rank, source, unnest(resolving_refs(text, repo_name, pr_number)) AS r

@@ -54,6 +54,23 @@ pub fn load(table: &str) -> Result<TableDoc> {
     Ok(doc)
 }
 
+/// The Arrow schema of a table swelake writes with a fixed layout (not the SQL-job outputs,
+/// whose layout is their query's).
+pub fn builtin_arrow_schema(table: &str) -> Option<arrow::datatypes::SchemaRef> {
+    use crate::snapshots::tables as t;
+    Some(match table {
+        "events" => crate::ingest::batch::EVENTS_SCHEMA.clone(),
+        "events_rejected" => crate::ingest::batch::REJECTED_SCHEMA.clone(),
+        "_job_runs" => crate::jobs::runs::JOB_RUNS_SCHEMA.clone(),
+        "pr_files" => t::PR_FILES.clone(),
+        "file_blobs" => t::FILE_BLOBS.clone(),
+        "pr_commits" => t::PR_COMMITS.clone(),
+        "pr_snapshots" => t::PR_SNAPSHOTS.clone(),
+        "snapshot_errors" => t::SNAPSHOT_ERRORS.clone(),
+        _ => return None,
+    })
+}
+
 /// The type names used in schema files (Delta's vocabulary).
 pub fn type_name(t: &DataType) -> String {
     match t {

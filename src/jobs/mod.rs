@@ -39,6 +39,13 @@ pub struct JobSpec {
     pub outputs: Vec<String>,
     #[serde(default)]
     pub depends_on: Vec<String>,
+    /// Inputs that may not exist yet (registered empty, with their known schema).
+    #[serde(default)]
+    pub optional_inputs: Vec<String>,
+    /// A count query; when it is positive the job runs even without new partitions (e.g.
+    /// PRs snapshotted since the job's last run). It can read `job_last_run(last_run_at)`.
+    #[serde(default)]
+    pub also_due_when: Option<String>,
     #[serde(default)]
     pub write: Option<sql_job::WriteSpec>,
 }

@@ -144,19 +144,39 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
         .filter(|(p, _)| opts.since.as_ref().is_none_or(|s| p >= s) && opts.until.as_ref().is_none_or(|u| p <= u))
         .filter(|(p, fp)| done.get(p).and_then(|r| r.detail.get("fingerprint")).and_then(|v| v.as_str()) != Some(fp))
         .collect();
-    if todo.is_empty() {
-        return Ok(summary);
-    }
     summary.partitions = todo.iter().map(|(p, _)| p.clone()).collect();
 
     let ctx = lake.session().await?;
+    for name in &job.optional_inputs {
+        if !lake.has_table(name) {
+            let schema = crate::schema::builtin_arrow_schema(name)
+                .with_context(|| format!("optional input `{name}` has no known schema"))?;
+            let empty = datafusion::datasource::MemTable::try_new(schema, vec![vec![]])?;
+            ctx.register_table(name.as_str(), Arc::new(empty))?;
+        }
+    }
+    let last_run = done.values().map(|r| r.finished_at).max().unwrap_or(0);
+    ctx.register_table(
+        "job_last_run",
+        ctx.sql(&format!("SELECT arrow_cast({last_run}, 'Timestamp(Microsecond, Some(\"UTC\"))') AS last_run_at"))
+            .await?
+            .into_view(),
+    )?;
+    let due_anyway = match &job.also_due_when {
+        Some(q) if todo.is_empty() => scalar(&ctx, q).await.context("also_due_when")? > 0,
+        _ => false,
+    };
+    if todo.is_empty() && !due_anyway {
+        return Ok(summary);
+    }
     let input_schema = input_table.snapshot()?.snapshot().arrow_schema();
     let literal = |v: &str| match input_schema.field_with_name(pk).map(|f| f.data_type().clone()) {
         Ok(DataType::Date32) => format!("DATE {}", quote(v)),
         _ => quote(v),
     };
     let list: Vec<String> = summary.partitions.iter().map(|p| literal(p)).collect();
-    let new_view = ctx.sql(&format!("SELECT * FROM {input} WHERE {pk} IN ({})", list.join(", "))).await?;
+    let filter = if list.is_empty() { "false".to_string() } else { format!("{pk} IN ({})", list.join(", ")) };
+    let new_view = ctx.sql(&format!("SELECT * FROM {input} WHERE {filter}")).await?;
     ctx.register_table(format!("{input}_new").as_str(), new_view.into_view())?;
 
     let file = job.sql.as_deref().context("no sql file")?;
@@ -171,7 +191,7 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
     };
     summary.rows_out = rows;
 
-    let records: Vec<RunRecord> = todo
+    let mut records: Vec<RunRecord> = todo
         .iter()
         .map(|(p, fp)| {
             RunRecord::ok(
@@ -185,6 +205,12 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
             )
         })
         .collect();
+    if due_anyway {
+        // No input partition changed, but `also_due_when` held: record the run itself so
+        // that `job_last_run` moves on.
+        records.push(RunRecord::ok(&job.name, "__also_due", 0, rows, 0, version, json!({"output": output})));
+        summary.notes.insert("run_because_also_due".into(), 1);
+    }
     runs::record_all(lake, &records).await?;
 
     if !write.report.is_empty() {

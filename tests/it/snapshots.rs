@@ -121,7 +121,7 @@ fn merged_pr(id: u64, repo: &str, number: i64, base: &str, head: &str, merge: &s
     json!({"id": id.to_string(), "type": "PullRequestEvent", "actor": {"id": 1, "login": "tess"},
         "repo": {"id": 42, "name": repo}, "public": true, "created_at": "2025-02-01T10:00:00Z",
         "payload": {"action": "closed", "number": number, "pull_request": {
-            "number": number, "title": format!("PR {number}"), "body": "Fixes #1", "state": "closed", "merged": true,
+            "number": number, "title": format!("PR {number}"), "body": "No issue mentioned here.", "state": "closed", "merged": true,
             "merged_at": "2025-02-01T10:00:00Z", "merge_commit_sha": merge, "user": {"login": "tess", "type": "User"},
             "base": {"ref": "main", "sha": base, "repo": {"id": 42, "full_name": repo}},
             "head": {"ref": "feature", "sha": head, "repo": {"id": 42, "full_name": repo}}}}})
@@ -182,7 +182,7 @@ async fn pr_files_match_git_and_failures_are_rows_that_get_retried() {
     let lines = [
         merged_pr(1, "acme/widget", 5, &made.base.to_string(), &made.head.to_string(), &made.merge.to_string()),
         merged_pr(2, "acme/widget", 6, &made.base.to_string(), ghost, ghost),
-        merged_pr(3, "acme/elsewhere", 1, &made.base.to_string(), &made.head.to_string(), &made.merge.to_string()),
+        merged_pr(3, "acme/elsewhere", 2, &made.base.to_string(), &made.head.to_string(), &made.merge.to_string()),
     ];
     let hour = dir.path().join("2025-02-01-10.json");
     std::fs::write(&hour, lines.join("\n") + "\n").unwrap();
@@ -253,8 +253,12 @@ async fn pr_files_match_git_and_failures_are_rows_that_get_retried() {
     );
     // Failures are data.
     let errs = pairs(&lake, "SELECT reason, pr_number FROM snapshot_errors ORDER BY reason").await;
-    assert_eq!(errs, vec![("clone_failed".to_string(), 1), ("sha_not_found".to_string(), 6)]);
+    assert_eq!(errs, vec![("clone_failed".to_string(), 2), ("sha_not_found".to_string(), 6)]);
     let files_before = count(&lake, "SELECT count(*) FROM pr_files").await;
+    // The only mention of the issue is in the git commit message ("Fixes #1"): after the
+    // snapshot, in the same run, the link is found there.
+    let links = "SELECT concat(repo_name, '#', CAST(pr_number AS VARCHAR), ' ', source), issue_number FROM pr_issue_links ORDER BY 1";
+    assert_eq!(pairs(&lake, links).await, vec![("acme/widget#5 commit_message".to_string(), 1)]);
 
     // The unreachable repository appears; a rerun retries only what failed.
     std::fs::create_dir_all(repos.join("acme")).unwrap();
@@ -265,6 +269,11 @@ async fn pr_files_match_git_and_failures_are_rows_that_get_retried() {
     assert_eq!(s.notes["failed:sha_not_found"], 1, "still force-pushed away");
     assert_eq!(count(&lake, "SELECT count(*) FROM pr_files").await, 2 * files_before);
     assert_eq!(count(&lake, "SELECT count(*) FROM pr_snapshots WHERE status = 'ok'").await, 2);
+    // No new events, but a new snapshot: the links job ran again for that PR.
+    assert_eq!(
+        pairs(&lake, links).await,
+        vec![("acme/elsewhere#2 commit_message".to_string(), 1), ("acme/widget#5 commit_message".to_string(), 1)]
+    );
     // Blobs shared with the first repository were not stored again.
     assert_eq!(
         count(&lake, "SELECT count(*) FROM file_blobs").await,
