@@ -97,6 +97,33 @@ Examples:
   zcat cases.jsonl.gz | swelake reward > scored.jsonl
   swelake reward --rollouts rollouts/part-0.parquet --out scored.parquet --seed-shards 'lake/shards/seed/*.parquet'")]
     Reward(RewardArgs),
+    /// Write a dataset card (Markdown + PNG charts) of a lake's seed dataset.
+    Report {
+        /// Lake directory.
+        #[arg(long)]
+        lake: String,
+        /// Directory for card.md and the charts.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Measure relevant-file rankers leave-one-out: hide one changed file, rank it among the
+    /// repository's files from the change's text and its other changed paths.
+    #[command(
+        name = "eval-relevance",
+        after_help = "\
+On a lake (merged, snapshotted PRs of one repository):
+  swelake eval-relevance --lake lake --repo-name owner/name --repo-url '/srv/git/{repo}.git'
+On any git repository's first-parent history (commits as changes, messages as text):
+  swelake eval-relevance --git path/to/repo --max-commits 2000
+Prints recall@1/5/10 for BM25 and the hybrid ranker, with and without the changed paths."
+    )]
+    EvalRelevance(EvalRelevanceArgs),
+    /// Train a policy with GRPO on rollouts (Parquet) or online, in Candle.
+    Train(crate::train::commands::TrainArgs),
+    /// Sample G completions per seed prompt with a policy and write them as rollouts.
+    Generate(crate::train::commands::GenerateArgs),
+    /// Evaluate a policy (or another engine's rollouts) on held-out seed instances.
+    Eval(crate::train::commands::EvalArgs),
     /// Run the whole pipeline on the bundled samples (offline) and summarise what it built.
     Demo(DemoArgs),
     /// Benchmarks that print throughput next to a baseline measured in the same run.
@@ -184,6 +211,12 @@ struct RunArgs {
     /// Blobs larger than this are recorded without their content.
     #[arg(long, default_value_t = 1 << 20)]
     max_blob_bytes: usize,
+    /// Curation config (filters, relevance, seed) [default: the built-in config/curation.toml].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Redo work that is already done (snapshots, relevance).
+    #[arg(long)]
+    force: bool,
     /// Read job declarations from this directory (overrides the built-in jobs/).
     #[arg(long)]
     jobs_dir: Option<PathBuf>,
@@ -191,6 +224,37 @@ struct RunArgs {
     #[arg(long)]
     sql_dir: Option<PathBuf>,
     /// Print the job summaries as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct EvalRelevanceArgs {
+    /// A git repository whose history is the evaluation set.
+    #[arg(long, conflicts_with = "lake")]
+    git: Option<PathBuf>,
+    /// Commits of --git to read (first-parent, oldest first).
+    #[arg(long, default_value_t = 2000)]
+    max_commits: usize,
+    /// A lake whose PRs are the evaluation set (with --repo-name and --repo-url).
+    #[arg(long, requires_all = ["repo_name", "repo_url"])]
+    lake: Option<String>,
+    /// Repository of the lake to evaluate on.
+    #[arg(long)]
+    repo_name: Option<String>,
+    /// Where the lake's repositories are ({repo} = owner/name).
+    #[arg(long)]
+    repo_url: Option<String>,
+    /// Mirror cache [default: ~/.cache/swelake/mirrors].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Curation config (ranker weights).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// BM25 only (no ONNX model needed).
+    #[arg(long)]
+    bm25_only: bool,
+    /// Print the report as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -247,6 +311,10 @@ enum BenchCommand {
     Reward(crate::bench::RewardBenchArgs),
     /// Blob extraction (the snapshot job's reads) vs `git cat-file --batch`.
     Blobs(crate::bench::BlobsBenchArgs),
+    /// GRPO train-step tokens/s (tiny and SmolLM2-135M shapes) vs the same step in PyTorch.
+    Train(crate::train::bench::TrainBenchArgs),
+    /// Rollout ⋈ seed join and group statistics: polars lazy scan vs the parquet crate's reader.
+    Rollouts(crate::train::bench::RolloutsBenchArgs),
 }
 
 fn default_jobs() -> usize {
@@ -344,11 +412,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     );
                     so.repos = (!a.repos.is_empty()).then_some(a.repos);
                     so.max_blob_bytes = a.max_blob_bytes;
+                    so.force = a.force;
                     so.jobs = default_jobs();
                     so.show_progress = !quiet;
                     so
                 }),
                 all: a.all,
+                curation: Some(crate::config::CurationConfig::load(a.config.as_deref())?),
             };
             let summaries = crate::jobs::run(&lake, &registry, &wanted, &opts).await?;
             if a.json {
@@ -409,6 +479,57 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             tracing::info!(lines = s.lines, "scored");
             Ok(ExitCode::SUCCESS)
         }
+        Command::Report { lake, out } => {
+            let lake = Lake::open(&lake)?;
+            let card = crate::report::write(&lake, &out).await?;
+            println!("wrote {}", card.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::EvalRelevance(a) => {
+            let config = crate::config::CurationConfig::load(a.config.as_deref())?;
+            let encoder =
+                if a.bm25_only { None } else { Some(crate::relevance::encoder::Encoder::load(default_jobs())?) };
+            let report = tokio::task::block_in_place(|| -> Result<crate::relevance::EvalReport> {
+                match (&a.git, &a.lake) {
+                    (Some(path), _) => {
+                        let repo =
+                            git2::Repository::open(path).with_context(|| format!("opening {}", path.display()))?;
+                        let changes = crate::relevance::cases_from_repo(&repo, a.max_commits)?;
+                        crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref())
+                    }
+                    (None, Some(lake)) => {
+                        let lake = Lake::open(lake)?;
+                        let name = a.repo_name.clone().expect("clap requires --repo-name");
+                        let url = a.repo_url.clone().expect("clap requires --repo-url").replace("{repo}", &name);
+                        let cache = a.cache_dir.clone().unwrap_or_else(crate::snapshots::default_cache_dir);
+                        let repo = crate::snapshots::git::open_mirror(&cache, &name, &url)
+                            .map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
+                        let changes = tokio::runtime::Handle::current()
+                            .block_on(crate::relevance::changes_from_lake(&lake, &name))?;
+                        crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref())
+                    }
+                    _ => bail!("give --git PATH or --lake LAKE --repo-name NAME --repo-url TEMPLATE"),
+                }
+            })?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Train(a) => {
+            tokio::task::block_in_place(|| crate::train::commands::train(&a))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Generate(a) => {
+            tokio::task::block_in_place(|| crate::train::commands::generate(&a))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Eval(a) => {
+            tokio::task::block_in_place(|| crate::train::commands::eval(&a))?;
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Demo(a) => {
             let report = crate::demo::run(&a.samples, &a.lake, !quiet).await?;
             print!("{report}");
@@ -433,6 +554,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Bench(BenchCommand::Blobs(a)) => {
             crate::bench::blobs(&a)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Rollouts(a)) => {
+            tokio::task::block_in_place(|| crate::train::bench::rollouts(&a))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Train(a)) => {
+            tokio::task::block_in_place(|| crate::train::bench::run(&a))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Reward(a)) => {

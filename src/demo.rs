@@ -114,6 +114,11 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
         writeln!(report, "    {line}")?;
     }
 
+    if lake.has_table("rl_seed") {
+        let card = crate::report::write(&lake, &lake.root().join("card")).await?;
+        writeln!(report, "  seed shards: {}", lake.root().join("shards/seed").display())?;
+        writeln!(report, "  dataset card: {}", card.display())?;
+    }
     let files = crate::sql::query(
         &lake,
         "SELECT f.repo_name, f.pr_number, f.status, f.path, f.old_path, f.additions, f.deletions, f.is_binary, \

@@ -478,3 +478,9 @@ impl TableWriter {
         Ok(self.done)
     }
 }
+
+/// A batch whose columns are all declared NOT NULL. `RecordBatch::try_from_iter` derives
+/// nullability from the data, which would make a table's schema depend on its first batch.
+pub fn non_null_batch(columns: Vec<(&str, arrow::array::ArrayRef)>) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_from_iter_with_nullable(columns.into_iter().map(|(n, a)| (n, a, false)))?)
+}

@@ -44,6 +44,11 @@ pub const FILES: &[(&str, &str)] = &[
     ("pr_commits", include_str!("../schemas/pr_commits.toml")),
     ("pr_snapshots", include_str!("../schemas/pr_snapshots.toml")),
     ("snapshot_errors", include_str!("../schemas/snapshot_errors.toml")),
+    ("pr_quality", include_str!("../schemas/pr_quality.toml")),
+    ("pr_relevant_files", include_str!("../schemas/pr_relevant_files.toml")),
+    ("blob_embeddings", include_str!("../schemas/blob_embeddings.toml")),
+    ("rl_seed", include_str!("../schemas/rl_seed.toml")),
+    ("seed_rejections", include_str!("../schemas/seed_rejections.toml")),
 ];
 
 pub fn load(table: &str) -> Result<TableDoc> {
@@ -67,8 +72,38 @@ pub fn builtin_arrow_schema(table: &str) -> Option<arrow::datatypes::SchemaRef> 
         "pr_commits" => t::PR_COMMITS.clone(),
         "pr_snapshots" => t::PR_SNAPSHOTS.clone(),
         "snapshot_errors" => t::SNAPSHOT_ERRORS.clone(),
-        _ => return None,
+        other => return load(other).ok().and_then(|doc| arrow_schema(&doc).ok()),
     })
+}
+
+/// The Arrow type of a schema-file type name.
+fn arrow_type(name: &str) -> anyhow::Result<DataType> {
+    use arrow::datatypes::{Field, TimeUnit};
+    Ok(match name {
+        "string" => DataType::Utf8,
+        "binary" => DataType::Binary,
+        "boolean" => DataType::Boolean,
+        "integer" => DataType::Int32,
+        "long" => DataType::Int64,
+        "float" => DataType::Float32,
+        "double" => DataType::Float64,
+        "date" => DataType::Date32,
+        "timestamp" => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+        other => match other.strip_prefix("array<").and_then(|r| r.strip_suffix('>')) {
+            Some(inner) => DataType::List(std::sync::Arc::new(Field::new("item", arrow_type(inner)?, true))),
+            None => bail!("no Arrow type for schema type `{other}`"),
+        },
+    })
+}
+
+/// The Arrow schema a schema file describes.
+pub fn arrow_schema(doc: &TableDoc) -> anyhow::Result<arrow::datatypes::SchemaRef> {
+    let fields = doc
+        .columns
+        .iter()
+        .map(|c| Ok(arrow::datatypes::Field::new(&c.name, arrow_type(&c.ty)?, c.nullable)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(std::sync::Arc::new(Schema::new(fields)))
 }
 
 /// The type names used in schema files (Delta's vocabulary).
@@ -188,6 +223,7 @@ mod tests {
 
     #[test]
     fn schema_files_match_the_code() {
+        let seed = crate::seed::seed_schema();
         let cases: Vec<(&str, &Schema, Vec<String>)> = vec![
             ("events", &crate::ingest::batch::EVENTS_SCHEMA, vec!["event_date".into()]),
             ("events_rejected", &crate::ingest::batch::REJECTED_SCHEMA, vec![]),
@@ -197,6 +233,7 @@ mod tests {
             ("pr_commits", &crate::snapshots::tables::PR_COMMITS, vec![]),
             ("pr_snapshots", &crate::snapshots::tables::PR_SNAPSHOTS, vec![]),
             ("snapshot_errors", &crate::snapshots::tables::SNAPSHOT_ERRORS, vec![]),
+            ("rl_seed", &seed, vec![]),
         ];
         for (name, schema, parts) in cases {
             let doc = load(name).unwrap();

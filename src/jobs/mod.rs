@@ -57,6 +57,9 @@ const EMBEDDED_JOBS: &[(&str, &str)] = &[
     ("pull_requests", include_str!("../../jobs/pull_requests.toml")),
     ("pr_issue_links", include_str!("../../jobs/pr_issue_links.toml")),
     ("snapshots", include_str!("../../jobs/snapshots.toml")),
+    ("filters", include_str!("../../jobs/filters.toml")),
+    ("relevance", include_str!("../../jobs/relevance.toml")),
+    ("seed", include_str!("../../jobs/seed.toml")),
 ];
 
 const EMBEDDED_SQL: &[(&str, &str)] = &[
@@ -64,6 +67,7 @@ const EMBEDDED_SQL: &[(&str, &str)] = &[
     ("issues.sql", include_str!("../../sql/issues.sql")),
     ("pull_requests.sql", include_str!("../../sql/pull_requests.sql")),
     ("pr_issue_links.sql", include_str!("../../sql/pr_issue_links.sql")),
+    ("pr_quality.sql", include_str!("../../sql/pr_quality.sql")),
 ];
 
 /// The declared jobs and their SQL.
@@ -174,6 +178,8 @@ pub struct RunOptions {
     /// Running every job (`--all`): jobs that cannot run (ingest without a source) are
     /// skipped instead of being an error.
     pub all: bool,
+    /// Curation settings (filters, relevance, seed); the built-in config when `None`.
+    pub curation: Option<crate::config::CurationConfig>,
 }
 
 /// What one job did, as printed by the CLI and recorded in `_job_runs`.
@@ -276,6 +282,89 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
                     ..Default::default()
                 },
             },
+            "rust:relevance" => match &opts.snapshots {
+                Some(so) => {
+                    let config = opts.curation.clone().map_or_else(|| crate::config::CurationConfig::load(None), Ok)?;
+                    let ro = crate::relevance::RelevanceOptions {
+                        repo_url: so.repo_url.clone(),
+                        cache_dir: so.cache_dir.clone(),
+                        config: config.relevance,
+                        force: so.force,
+                        threads: so.jobs,
+                        show_progress: so.show_progress,
+                    };
+                    let s = crate::relevance::run(lake, &ro).await?;
+                    let mut notes = BTreeMap::from([
+                        ("prs_ranked".to_string(), s.prs as i64),
+                        ("prs_already_done".to_string(), s.prs_already_done as i64),
+                        ("candidates".to_string(), s.candidates as i64),
+                        ("chunks_embedded".to_string(), s.embedded_chunks as i64),
+                    ]);
+                    for (k, v) in &s.failures {
+                        notes.insert(format!("failed:{k}"), *v as i64);
+                    }
+                    let partitions = if s.prs > 0 { vec![format!("{} PR(s)", s.prs)] } else { Vec::new() };
+                    JobSummary { job: name.clone(), partitions, rows_out: s.rows as u64, notes, ..Default::default() }
+                }
+                None if explicitly.contains(&name) => {
+                    bail!("the relevance job needs --repo-url (it reads the repositories)")
+                }
+                None => JobSummary {
+                    job: name.clone(),
+                    skipped_reason: Some("no --repo-url given (where the git repositories are)".into()),
+                    ..Default::default()
+                },
+            },
+            "rust:seed" => {
+                let config = opts.curation.clone().map_or_else(|| crate::config::CurationConfig::load(None), Ok)?;
+                let fingerprint = sql_job::inputs_fingerprint(lake, &job.inputs, &format!("{:?}", config.seed)).await?;
+                let done = runs::latest_ok(lake, &name).await?;
+                let same = done.get("__all__").and_then(|r| r.detail.get("fingerprint")).and_then(|v| v.as_str())
+                    == Some(fingerprint.as_str());
+                let missing = ["pr_quality", "pull_requests", "pr_snapshots", "pr_files"]
+                    .into_iter()
+                    .find(|t| !lake.has_table(t));
+                if let Some(t) = missing {
+                    JobSummary {
+                        job: name.clone(),
+                        skipped_reason: Some(format!("no `{t}` table yet (the snapshots job needs --repo-url)")),
+                        ..Default::default()
+                    }
+                } else if same {
+                    JobSummary { job: name.clone(), ..Default::default() }
+                } else {
+                    let s = crate::seed::run(lake, &config.seed).await?;
+                    let mut notes = BTreeMap::from([
+                        ("instances".to_string(), s.instances as i64),
+                        ("train".to_string(), s.train as i64),
+                        ("test".to_string(), s.test as i64),
+                        ("excluded_by_split".to_string(), s.excluded as i64),
+                        ("shards".to_string(), s.shards.len() as i64),
+                        ("relevant_files_dropped_for_budget".to_string(), s.relevant_files_dropped_for_budget as i64),
+                        ("mean_prompt_tokens".to_string(), s.mean_prompt_tokens.round() as i64),
+                    ]);
+                    for (k, v) in &s.rejected {
+                        notes.insert(format!("rejected:{k}"), *v as i64);
+                    }
+                    let rec = runs::RunRecord::ok(
+                        &name,
+                        "__all__",
+                        0,
+                        s.instances as u64,
+                        s.rejected.values().sum::<usize>() as u64,
+                        None,
+                        serde_json::json!({"fingerprint": fingerprint, "shards": s.shards}),
+                    );
+                    runs::record(lake, rec).await?;
+                    JobSummary {
+                        job: name.clone(),
+                        partitions: vec!["__all__".into()],
+                        rows_out: s.instances as u64,
+                        notes,
+                        ..Default::default()
+                    }
+                }
+            }
             other => bail!("job `{name}`: unknown step `{other}`"),
         };
         summary.seconds = started.elapsed().as_secs_f64();

@@ -31,6 +31,8 @@ pub enum WriteMode {
     /// Every row whose `keys` are in the `touched` query's result is replaced by the result
     /// rows for those keys (which may be none), in one commit.
     ReplaceKeys,
+    /// The result replaces the whole table (for jobs with `partition_key = "*"`).
+    Overwrite,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -72,6 +74,20 @@ fn partition_fingerprints(table: &deltalake::DeltaTable, key: &str) -> Result<BT
             (k, format!("{:016x}:{}", h, paths.len()))
         })
         .collect())
+}
+
+/// One fingerprint of the current files of `inputs` (those that exist) and of `extra`.
+pub async fn inputs_fingerprint(lake: &Lake, inputs: &[String], extra: &str) -> Result<String> {
+    let mut h = fnv1a(extra.bytes(), 0xcbf29ce484222325);
+    for name in inputs {
+        if lake.has_table(name) {
+            let t = lake.open_table(name).await?;
+            for (_, fp) in partition_fingerprints(&t, "__none__")? {
+                h = fnv1a(name.bytes().chain(fp.bytes()), h);
+            }
+        }
+    }
+    Ok(format!("{h:016x}"))
 }
 
 /// Types that DataFusion produces for reading but Delta tables should store plainly.
@@ -137,7 +153,17 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
     }
     let input_table = lake.open_table(input).await?;
     let pk = &job.partition_key;
-    let parts = partition_fingerprints(&input_table, pk)?;
+    let config = match &opts.curation {
+        Some(c) => c.clone(),
+        None => crate::config::CurationConfig::load(None)?,
+    };
+    let parts = if pk == "*" {
+        // The job reads its inputs as a whole: one "partition", fingerprinted by the files of
+        // every input that exists and by the config.
+        BTreeMap::from([("__all__".to_string(), inputs_fingerprint(lake, &job.inputs, &format!("{config:?}")).await?)])
+    } else {
+        partition_fingerprints(&input_table, pk)?
+    };
     let done = runs::latest_ok(lake, &job.name).await?;
     let todo: Vec<(String, String)> = parts
         .into_iter()
@@ -147,6 +173,7 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
     summary.partitions = todo.iter().map(|(p, _)| p.clone()).collect();
 
     let ctx = lake.session().await?;
+    register_config(&ctx, &config)?;
     for name in &job.optional_inputs {
         if !lake.has_table(name) {
             let schema = crate::schema::builtin_arrow_schema(name)
@@ -175,7 +202,13 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
         _ => quote(v),
     };
     let list: Vec<String> = summary.partitions.iter().map(|p| literal(p)).collect();
-    let filter = if list.is_empty() { "false".to_string() } else { format!("{pk} IN ({})", list.join(", ")) };
+    let filter = if pk == "*" {
+        "true".to_string()
+    } else if list.is_empty() {
+        "false".to_string()
+    } else {
+        format!("{pk} IN ({})", list.join(", "))
+    };
     let new_view = ctx.sql(&format!("SELECT * FROM {input} WHERE {filter}")).await?;
     ctx.register_table(format!("{input}_new").as_str(), new_view.into_view())?;
 
@@ -188,6 +221,7 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
         WriteMode::ReplacePartitions => write_partitions(lake, output, result, pk, &summary.partitions).await?,
         WriteMode::Upsert => upsert(lake, output, result, &schema, write).await?,
         WriteMode::ReplaceKeys => replace_keys(lake, &ctx, output, result, &schema, write).await?,
+        WriteMode::Overwrite => overwrite(lake, output, result, &schema).await?,
     };
     summary.rows_out = rows;
 
@@ -216,10 +250,77 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
     if !write.report.is_empty() {
         let ctx = lake.session().await?;
         for (name, q) in &write.report {
-            summary.notes.insert(name.clone(), scalar(&ctx, q).await.with_context(|| format!("report `{name}`"))?);
+            for (k, v) in report(&ctx, q).await.with_context(|| format!("report `{name}`"))? {
+                summary.notes.insert(if k.is_empty() { name.clone() } else { format!("{name}:{k}") }, v);
+            }
         }
     }
     Ok(summary)
+}
+
+/// A report query: one number, or (label, number) rows.
+async fn report(ctx: &SessionContext, sql: &str) -> Result<Vec<(String, i64)>> {
+    let batches = ctx.sql(sql).await?.collect().await?;
+    let mut out = Vec::new();
+    for b in &batches {
+        let (label, value) = match b.num_columns() {
+            1 => (None, b.column(0)),
+            _ => (Some(arrow::compute::cast(b.column(0), &DataType::Utf8)?), b.column(1)),
+        };
+        let v = arrow::compute::cast(value, &DataType::Int64)?;
+        let v = v.as_primitive::<arrow::datatypes::Int64Type>();
+        for r in 0..b.num_rows() {
+            let k = label.as_ref().map_or(String::new(), |l| l.as_string::<i32>().value(r).to_string());
+            out.push((k, if v.is_null(r) { 0 } else { v.value(r) }));
+        }
+    }
+    if out.is_empty() {
+        out.push((String::new(), 0));
+    }
+    Ok(out)
+}
+
+/// Makes the curation config visible to SQL: `config_filters` (one row of thresholds),
+/// `config_decontaminate(repo)`, and the filter UDFs built from it.
+fn register_config(ctx: &SessionContext, config: &crate::config::CurationConfig) -> Result<()> {
+    use arrow::array::{BooleanArray, Int64Array, StringArray};
+    let f = &config.filters;
+    let thresholds = RecordBatch::try_from_iter(vec![
+        ("min_files", Arc::new(Int64Array::from(vec![f.min_files])) as arrow::array::ArrayRef),
+        ("max_files", Arc::new(Int64Array::from(vec![f.max_files]))),
+        ("max_changed_lines", Arc::new(Int64Array::from(vec![f.max_changed_lines]))),
+        ("min_issue_chars", Arc::new(Int64Array::from(vec![f.min_issue_chars]))),
+        ("require_linked_issue", Arc::new(BooleanArray::from(vec![f.require_linked_issue]))),
+    ])?;
+    ctx.register_batch("config_filters", thresholds)?;
+    let repos = RecordBatch::try_from_iter(vec![(
+        "repo",
+        Arc::new(StringArray::from_iter_values(f.decontaminate.iter())) as arrow::array::ArrayRef,
+    )])?;
+    ctx.register_batch("config_decontaminate", repos)?;
+    let predicates = Arc::new(crate::filters::Predicates::new(f)?);
+    for u in crate::filters::udf::filter_udfs(predicates) {
+        ctx.register_udf(u);
+    }
+    Ok(())
+}
+
+/// Replaces the whole output table with the result.
+async fn overwrite(lake: &Lake, output: &str, result: DataFrame, schema: &Schema) -> Result<(u64, Option<i64>)> {
+    let batches: Vec<RecordBatch> = result.collect().await?;
+    let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+    let schema = Arc::new(schema.clone());
+    let batches: Vec<RecordBatch> = batches
+        .into_iter()
+        .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
+        .collect::<Result<_, _>>()?;
+    let table = lake.ensure_table(output, &schema, &[]).await?;
+    let table = table
+        .write(batches)
+        .with_save_mode(SaveMode::Overwrite)
+        .await
+        .with_context(|| format!("rewriting `{output}`"))?;
+    Ok((rows, table.version().map(|v| v as i64)))
 }
 
 /// Replaces the output's files of each processed partition with the result's rows.

@@ -252,3 +252,31 @@ pub fn blob_size(repo: &Repository, oid: Oid) -> Result<usize, GitFailure> {
         odb.read_header(oid).map_err(|e| GitFailure::new("corrupt_object", format!("blob {oid}: {}", e.message())))?;
     Ok(size)
 }
+
+/// The files (path, blob id, size) of `commit`'s tree, recursively; symlinks and submodules
+/// are skipped.
+pub fn tree_files(repo: &Repository, commit: Oid) -> Result<Vec<(String, Oid, usize)>, GitFailure> {
+    let err = |e: git2::Error| GitFailure::new("corrupt_object", e.message().to_string());
+    let tree = repo.find_commit(commit).and_then(|c| c.tree()).map_err(err)?;
+    let odb = repo.odb().map_err(err)?;
+    let mut out = Vec::new();
+    let mut failure = None;
+    tree.walk(git2::TreeWalkMode::PreOrder, |root, entry| {
+        if entry.kind() == Some(git2::ObjectType::Blob) && entry.filemode() != 0o120000 {
+            let path = format!("{root}{}", String::from_utf8_lossy(entry.name_bytes()));
+            match odb.read_header(entry.id()) {
+                Ok((size, _)) => out.push((path, entry.id(), size)),
+                Err(e) => {
+                    failure = Some(err(e));
+                    return git2::TreeWalkResult::Abort;
+                }
+            }
+        }
+        git2::TreeWalkResult::Ok
+    })
+    .map_err(err)?;
+    match failure {
+        Some(f) => Err(f),
+        None => Ok(out),
+    }
+}

@@ -3,8 +3,10 @@
 //! and parity cases of `../shared` (never copied into the repository).
 
 mod common;
+mod curation;
 mod ingest;
 mod prs;
 mod remote;
 mod reward;
 mod snapshots;
+mod train;

@@ -1,0 +1,99 @@
+//! The filter predicates as DataFusion scalar UDFs returning BOOLEAN (NULL inputs count as
+//! absent: `is_bot_account(NULL, NULL)` is false).
+
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray, BooleanArray};
+use arrow::compute::cast;
+use arrow::datatypes::DataType;
+use datafusion::common::{exec_err, Result};
+use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+
+use super::{is_version_only_patch, Predicates};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Which {
+    BotAccount,
+    BotText,
+    NoisePath,
+    VersionOnlyPatch,
+}
+
+#[derive(Debug)]
+struct FilterUdf {
+    which: Which,
+    predicates: Arc<Predicates>,
+    signature: Signature,
+}
+
+// Two instances are interchangeable when they compute the same predicate; the config they
+// carry only changes per session.
+impl PartialEq for FilterUdf {
+    fn eq(&self, other: &Self) -> bool {
+        self.which == other.which && Arc::ptr_eq(&self.predicates, &other.predicates)
+    }
+}
+impl Eq for FilterUdf {}
+impl std::hash::Hash for FilterUdf {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.which.hash(state);
+    }
+}
+
+impl ScalarUDFImpl for FilterUdf {
+    fn name(&self) -> &str {
+        match self.which {
+            Which::BotAccount => "is_bot_account",
+            Which::BotText => "botlike_text",
+            Which::NoisePath => "is_noise_path",
+            Which::VersionOnlyPatch => "is_version_only_patch",
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Boolean)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let want = if self.which == Which::BotAccount { 2 } else { 1 };
+        if arrays.len() != want {
+            return exec_err!("{} takes {want} argument(s)", self.name());
+        }
+        let cols: Vec<_> = arrays.iter().map(|a| cast(a, &DataType::Utf8)).collect::<std::result::Result<_, _>>()?;
+        let get = |c: usize, r: usize| -> Option<&str> {
+            let a = cols[c].as_string::<i32>();
+            (!a.is_null(r)).then(|| a.value(r))
+        };
+        let p = &self.predicates;
+        let out: BooleanArray = (0..args.number_rows)
+            .map(|r| {
+                Some(match self.which {
+                    Which::BotAccount => p.is_bot_account(get(0, r), get(1, r)),
+                    Which::BotText => get(0, r).is_some_and(|t| p.botlike_text(t)),
+                    Which::NoisePath => get(0, r).is_some_and(|t| p.is_noise_path(t)),
+                    Which::VersionOnlyPatch => get(0, r).is_some_and(is_version_only_patch),
+                })
+            })
+            .collect();
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
+/// The four filter UDFs for `predicates`.
+pub fn filter_udfs(predicates: Arc<Predicates>) -> Vec<ScalarUDF> {
+    [Which::BotAccount, Which::BotText, Which::NoisePath, Which::VersionOnlyPatch]
+        .into_iter()
+        .map(|which| {
+            ScalarUDF::new_from_impl(FilterUdf {
+                which,
+                predicates: predicates.clone(),
+                signature: Signature::any(if which == Which::BotAccount { 2 } else { 1 }, Volatility::Immutable),
+            })
+        })
+        .collect()
+}

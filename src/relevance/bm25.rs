@@ -1,0 +1,111 @@
+//! BM25 over code: the baseline ranker of relevant files, and one feature of ours.
+//!
+//! Terms come from identifiers split at non-alphanumerics and at camelCase and snake_case
+//! boundaries, lower-cased, so `parseHTTPHeader`, `parse_http_header` and `parse http header`
+//! share terms. Very short terms and digits-only terms are dropped.
+
+use std::collections::HashMap;
+
+/// Terms of `text` for retrieval.
+pub fn terms(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for word in text.split(|c: char| !c.is_alphanumeric()) {
+        if word.is_empty() {
+            continue;
+        }
+        let chars: Vec<char> = word.chars().collect();
+        let mut start = 0;
+        for i in 1..=chars.len() {
+            let boundary = i == chars.len()
+                || (chars[i].is_uppercase() && chars[i - 1].is_lowercase())
+                || (chars[i].is_uppercase()
+                    && i + 1 < chars.len()
+                    && chars[i + 1].is_lowercase()
+                    && chars[i - 1].is_uppercase())
+                || (chars[i].is_ascii_digit() != chars[i - 1].is_ascii_digit());
+            if boundary {
+                let t: String = chars[start..i].iter().collect::<String>().to_lowercase();
+                if t.chars().count() >= 2 && !t.chars().all(|c| c.is_ascii_digit()) {
+                    out.push(t);
+                }
+                start = i;
+            }
+        }
+    }
+    out
+}
+
+/// A BM25 index over a fixed set of documents.
+pub struct Bm25 {
+    k1: f64,
+    b: f64,
+    doc_tf: Vec<HashMap<String, u32>>,
+    doc_len: Vec<f64>,
+    avg_len: f64,
+    df: HashMap<String, u32>,
+}
+
+impl Bm25 {
+    pub fn new<'a>(docs: impl IntoIterator<Item = &'a str>) -> Bm25 {
+        let mut doc_tf = Vec::new();
+        let mut doc_len = Vec::new();
+        let mut df: HashMap<String, u32> = HashMap::new();
+        for d in docs {
+            let mut tf: HashMap<String, u32> = HashMap::new();
+            let ts = terms(d);
+            doc_len.push(ts.len() as f64);
+            for t in ts {
+                *tf.entry(t).or_default() += 1;
+            }
+            for t in tf.keys() {
+                *df.entry(t.clone()).or_default() += 1;
+            }
+            doc_tf.push(tf);
+        }
+        let avg_len = if doc_len.is_empty() { 0.0 } else { doc_len.iter().sum::<f64>() / doc_len.len() as f64 };
+        Bm25 { k1: 1.2, b: 0.75, doc_tf, doc_len, avg_len, df }
+    }
+
+    /// The BM25 score of every document for `query`.
+    pub fn scores(&self, query: &str) -> Vec<f64> {
+        let n = self.doc_tf.len() as f64;
+        let mut q: HashMap<String, u32> = HashMap::new();
+        for t in terms(query) {
+            *q.entry(t).or_default() += 1;
+        }
+        (0..self.doc_tf.len())
+            .map(|i| {
+                let norm = self.k1 * (1.0 - self.b + self.b * self.doc_len[i] / self.avg_len.max(1.0));
+                q.keys()
+                    .map(|t| {
+                        let Some(&f) = self.doc_tf[i].get(t) else { return 0.0 };
+                        let df = f64::from(*self.df.get(t).unwrap_or(&0));
+                        let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                        let f = f64::from(f);
+                        idf * f * (self.k1 + 1.0) / (f + norm)
+                    })
+                    .sum()
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identifier_terms() {
+        assert_eq!(terms("parseHTTPHeader"), vec!["parse", "http", "header"]);
+        assert_eq!(terms("parse_http_header(x2)"), vec!["parse", "http", "header"]);
+        assert_eq!(terms("src/calc/ops.py"), vec!["src", "calc", "ops", "py"]);
+    }
+
+    #[test]
+    fn ranks_the_matching_document_first() {
+        let docs = ["def divide(a, b): return a / b", "def add(a, b): return a + b", "readme about the project"];
+        let s = Bm25::new(docs.iter().copied()).scores("divide by zero crashes");
+        assert!(s[0] > s[1] && s[0] > s[2], "{s:?}");
+        assert_eq!(s[2], 0.0);
+    }
+}

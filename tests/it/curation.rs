@@ -1,0 +1,397 @@
+//! Curation: quality filters on crafted PRs (one per reason code, and people whose names look
+//! like bots), relevance with the real ONNX model, the seed dataset read back by other
+//! readers, and the dataset card.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use swelake::jobs::{run, Registry, RunOptions};
+use swelake::lake::Lake;
+
+use crate::common::{count, pairs, quiet_ingest};
+
+/// Writes rows (JSON objects) into a lake table with the columns of its schema file.
+async fn put(lake: &Lake, table: &str, rows: &[Value]) {
+    let schema = swelake::schema::builtin_arrow_schema(table).unwrap();
+    let text: String = rows.iter().map(|r| r.to_string() + "\n").collect();
+    let reader = arrow::json::ReaderBuilder::new(schema.clone()).build(std::io::Cursor::new(text)).unwrap();
+    let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
+    let t = lake.ensure_table(table, &schema, &[]).await.unwrap();
+    lake.append(t, batches).await.unwrap();
+}
+
+fn pr(repo: &str, n: i64, title: &str, author: &str, kind: &str, merged: Option<bool>) -> Value {
+    json!({"repo_name": repo, "number": n, "title": title, "body": "A change.", "author_login": author, "author_type": kind,
+           "merged": merged, "merge_source": "pull_request_event", "metadata_source": "pull_request_event", "timeline_events": 1})
+}
+
+fn file(repo: &str, n: i64, path: &str, lines: i64, patch: &str, language: Option<&str>) -> Value {
+    json!({"repo_name": repo, "pr_number": n, "path": path, "status": "M", "old_mode": 33188, "new_mode": 33188,
+           "additions": lines, "deletions": 0, "is_binary": false, "language": language, "patch": patch,
+           "merge_base": "b", "head_sha": "h"})
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn one_pr_per_reason_code_and_people_who_look_like_bots() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake::open(dir.path().to_str().unwrap()).unwrap();
+    let r = "acme/app";
+    let code = |n: i64| file(r, n, &format!("src/m{n}.py"), 3, "@@ -1 +1 @@\n-a = 1\n+a = 2\n", Some("Python"));
+    let mut prs = vec![
+        (pr(r, 1, "Fix crash on empty input", "mira", "User", Some(true)), vec![]),
+        (pr(r, 2, "Fix crash", "mira", "User", Some(false)), vec!["not_merged"]),
+        (pr(r, 3, "Update deps", "dependabot[bot]", "Bot", Some(true)), vec!["bot_author"]),
+        (pr(r, 4, "Fix crash", "release-bot", "User", Some(true)), vec!["bot_author"]),
+        (pr(r, 5, "Fix crash", "talbot", "User", Some(true)), vec![]),
+        (pr(r, 6, "Bump lodash from 4.17.20 to 4.17.21", "mira", "User", Some(true)), vec!["bot_text"]),
+        (pr(r, 7, "Fix bumpy scrolling", "abbott", "User", Some(true)), vec![]),
+        (pr(r, 8, "Fix crash", "mira", "User", Some(true)), vec!["empty_change"]),
+        (pr(r, 9, "Fix crash", "mira", "User", Some(true)), vec!["too_many_files"]),
+        (pr(r, 10, "Fix crash", "mira", "User", Some(true)), vec!["too_many_lines"]),
+        (pr(r, 11, "Fix crash", "mira", "User", Some(true)), vec!["no_code_change"]),
+        (pr(r, 12, "Fix crash", "mira", "User", Some(true)), vec!["no_code_change", "noise_only"]),
+        (pr(r, 13, "Fix crash", "mira", "User", Some(true)), vec!["noise_only"]),
+        (pr("django/django", 14, "Fix crash", "mira", "User", Some(true)), vec!["decontaminated"]),
+        (pr(r, 15, "Fix crash", "mira", "User", Some(true)), vec!["no_linked_issue"]),
+        (pr(r, 16, "Fix crash", "mira", "User", Some(true)), vec!["issue_text_too_short"]),
+        (pr(r, 17, "Fix crash", "mira", "User", Some(true)), vec!["not_snapshotted"]),
+        (pr(r, 18, "Fix crash", "mira", "User", Some(true)), vec!["snapshot_failed"]),
+        (pr(r, 19, "Fix crash", "mira", "User", None), vec!["not_merged"]),
+    ];
+    prs.sort_by_key(|p| p.0["number"].as_i64());
+    let mut files = Vec::new();
+    for n in [1, 2, 3, 4, 5, 6, 7, 10, 15, 16, 17, 18, 19] {
+        files.push(code(n));
+    }
+    files.push(file("django/django", 14, "src/m14.py", 3, "@@ -1 +1 @@\n-a = 1\n+a = 2\n", Some("Python")));
+    for i in 0..16 {
+        files.push(file(r, 9, &format!("src/f{i}.py"), 1, "@@ -1 +1 @@\n-a\n+b\n", Some("Python")));
+    }
+    files.push(file(r, 10, "src/big.py", 5000, "", Some("Python")));
+    files.push(file(r, 11, "README.md", 2, "@@ -1 +1 @@\n-old words\n+new words\n", None));
+    files.push(file(r, 12, "package-lock.json", 40, "", None));
+    // A version-only change of a code file: noise, but code.
+    files.push(file(
+        r,
+        13,
+        "pkg/version.py",
+        1,
+        "@@ -1 +1 @@\n-__version__ = \"1.2.3\"\n+__version__ = \"1.2.4\"\n",
+        Some("Python"),
+    ));
+    let mut snaps = Vec::new();
+    let mut links = Vec::new();
+    for (p, _) in &prs {
+        let (repo, n) = (p["repo_name"].as_str().unwrap(), p["number"].as_i64().unwrap());
+        if n != 17 {
+            snaps.push(json!({"repo_name": repo, "pr_number": n, "status": if n == 18 { "error" } else { "ok" }, "base_sha": "a",
+                              "head_sha": "h", "files": 1, "commits": 1, "snapshotted_at": "2025-01-01T00:00:00Z"}));
+        }
+        if n != 15 {
+            links.push(json!({"repo_name": repo, "pr_number": n, "issue_repo_name": repo, "issue_number": if n == 16 { 900 } else { 100 },
+                              "keyword": "fixes", "source": "body", "mentions": 1}));
+        }
+    }
+    let issues = vec![
+        json!({"repo_name": r, "number": 100, "title": "Crash on empty input", "body": "Calling run([]) raises IndexError instead of returning an empty result.",
+               "is_pull_request": false, "last_event_at": "2025-01-01T00:00:00Z", "last_event_id": "1"}),
+        json!({"repo_name": "django/django", "number": 100, "title": "Crash on empty input", "body": "Calling run([]) raises IndexError instead of returning an empty result.",
+               "is_pull_request": false, "last_event_at": "2025-01-01T00:00:00Z", "last_event_id": "2"}),
+        json!({"repo_name": r, "number": 900, "title": "bug", "body": "fix", "is_pull_request": false,
+               "last_event_at": "2025-01-01T00:00:00Z", "last_event_id": "3"}),
+    ];
+    put(&lake, "pull_requests", &prs.iter().map(|p| p.0.clone()).collect::<Vec<_>>()).await;
+    put(&lake, "pr_files", &files).await;
+    put(&lake, "pr_snapshots", &snaps).await;
+    put(&lake, "pr_issue_links", &links).await;
+    put(&lake, "issues", &issues).await;
+
+    let registry = Registry::load(None, None).unwrap();
+    let out =
+        run(&lake, &registry, &["filters".to_string()], &RunOptions { all: true, ..Default::default() }).await.unwrap();
+    let filters = out.iter().find(|s| s.job == "filters").unwrap();
+
+    let got: BTreeMap<i64, Vec<String>> =
+        pairs(&lake, "SELECT array_to_string(reasons, ','), pr_number FROM pr_quality")
+            .await
+            .into_iter()
+            .map(|(r, n)| (n, r.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect()))
+            .collect();
+    for (p, want) in &prs {
+        let n = p["number"].as_i64().unwrap();
+        let want: Vec<String> = want.iter().map(|s| s.to_string()).collect();
+        assert_eq!(got[&n], want, "PR {n} ({})", p["author_login"]);
+    }
+    assert_eq!(
+        count(&lake, "SELECT count(*) FROM pr_quality WHERE keep").await,
+        3,
+        "1, 5 (talbot) and 7 (abbott, \"bumpy\")"
+    );
+    assert_eq!(count(&lake, "SELECT count(*) FROM pr_quality WHERE NOT keep AND cardinality(reasons) = 0").await, 0);
+    // The job prints its counts per reason.
+    assert_eq!(filters.notes["reason:no_code_change"], 2);
+    assert_eq!(filters.notes["kept"], 3);
+    // Nothing changed: nothing to do.
+    let again =
+        run(&lake, &registry, &["filters".to_string()], &RunOptions { all: true, ..Default::default() }).await.unwrap();
+    assert!(again.iter().find(|s| s.job == "filters").unwrap().partitions.is_empty());
+}
+
+/// Runs the whole pipeline on the sample hours and repositories into a fresh lake.
+pub(crate) async fn sample_lake(
+    dir: &Path,
+    config: Option<swelake::config::CurationConfig>,
+) -> (Lake, Vec<swelake::jobs::JobSummary>) {
+    let lake = Lake::open(dir.join("lake").to_str().unwrap()).unwrap();
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("data-samples/gharchive");
+    swelake::ingest::ingest(&lake, &quiet_ingest(&samples)).await.unwrap();
+    let repos = dir.join("repos");
+    swelake::samples::create_repos(&repos).unwrap();
+    let mut so =
+        swelake::snapshots::SnapshotOptions::new(format!("{}/{{repo}}.git", repos.display()), dir.join("mirrors"));
+    so.show_progress = false;
+    let registry = Registry::load(None, None).unwrap();
+    let all: Vec<String> = registry.jobs.keys().cloned().collect();
+    let opts = RunOptions { all: true, snapshots: Some(so), curation: config, ..Default::default() };
+    let s = run(&lake, &registry, &all, &opts).await.unwrap();
+    (lake, s)
+}
+
+fn read_parquet(path: &Path) -> arrow::array::RecordBatch {
+    let f = std::fs::File::open(path).unwrap();
+    let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f).unwrap().build().unwrap();
+    let batches: Vec<_> = r.map(|b| b.unwrap()).collect();
+    arrow::compute::concat_batches(&batches[0].schema(), &batches).unwrap()
+}
+
+/// SEARCH/REPLACE edits written from a git patch (independent of the seed code): each hunk of
+/// a modified file searches its old lines and replaces them by its new lines; a created,
+/// deleted or renamed file is written whole (the old content replaced by nothing, the new
+/// content under an empty SEARCH), as the prompt's instructions say.
+pub(crate) fn edits_from_patch(
+    patch: &str,
+    context: &BTreeMap<String, String>,
+    oracle: &BTreeMap<String, String>,
+) -> String {
+    fn block(path: &str, search: &str, replace: &str) -> String {
+        format!("```\n### {path}\n<<<<<<< SEARCH\n{search}\n=======\n{replace}\n>>>>>>> REPLACE\n```")
+    }
+    let mut out = Vec::new();
+    for section in patch.split("diff --git ").filter(|s| !s.trim().is_empty()) {
+        let lines: Vec<&str> = section.lines().collect();
+        let old = lines.iter().find_map(|l| l.strip_prefix("--- ")).map(|p| p.trim_start_matches("a/"));
+        let new = lines.iter().find_map(|l| l.strip_prefix("+++ ")).map(|p| p.trim_start_matches("b/"));
+        let rename_from = lines.iter().find_map(|l| l.strip_prefix("rename from "));
+        let rename_to = lines.iter().find_map(|l| l.strip_prefix("rename to "));
+        let (old, new) = (rename_from.or(old).unwrap_or("/dev/null"), rename_to.or(new).unwrap_or("/dev/null"));
+        if old != new {
+            if old != "/dev/null" && !context[old].is_empty() {
+                out.push(block(old, &context[old], ""));
+            }
+            if new != "/dev/null" && !oracle[new].is_empty() {
+                out.push(block(new, "", &oracle[new]));
+            }
+            continue;
+        }
+        let (mut o, mut n): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+        let mut in_hunk = false;
+        for line in &lines {
+            if line.starts_with("@@") {
+                if !o.is_empty() || !n.is_empty() {
+                    out.push(block(old, &o.join("\n"), &n.join("\n")));
+                }
+                o.clear();
+                n.clear();
+                in_hunk = true;
+            } else if !in_hunk || line.starts_with('\\') {
+                continue;
+            } else if let Some(l) = line.strip_prefix('-') {
+                o.push(l);
+            } else if let Some(l) = line.strip_prefix('+') {
+                n.push(l);
+            } else if let Some(l) = line.strip_prefix(' ') {
+                o.push(l);
+                n.push(l);
+            }
+        }
+        if !o.is_empty() || !n.is_empty() {
+            out.push(block(old, &o.join("\n"), &n.join("\n")));
+        }
+    }
+    format!("<think>\nfrom the patch\n</think>\n<solution>\n{}\n</solution>", out.join("\n"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lake, summaries) = sample_lake(dir.path(), None).await;
+    let seed = summaries.iter().find(|s| s.job == "seed").unwrap();
+    assert_eq!(seed.notes["instances"], 3, "{summaries:?}");
+
+    // Relevance ran with the real MiniLM model through ONNX Runtime.
+    let models: BTreeSet<String> =
+        pairs(&lake, "SELECT DISTINCT model, 1 FROM pr_relevant_files").await.into_iter().map(|x| x.0).collect();
+    assert_eq!(models, BTreeSet::from(["hybrid-minilm+all-MiniLM-L6-v2-int8".to_string()]));
+    // Relevant files are never files the PR changed, and their contents are in file_blobs.
+    assert_eq!(
+        count(&lake, "SELECT count(*) FROM pr_relevant_files r JOIN pr_files f ON f.repo_name = r.repo_name AND f.pr_number = r.pr_number AND (f.path = r.path OR f.old_path = r.path)").await,
+        0
+    );
+    assert_eq!(count(&lake, "SELECT count(*) FROM pr_relevant_files r LEFT JOIN file_blobs b ON b.blob_sha = r.blob_sha WHERE b.content IS NULL").await, 0);
+    // calc#2 changes calc/ops.py and its test: the module that imports it ranks first.
+    let top = pairs(&lake, "SELECT path, rank FROM pr_relevant_files WHERE repo_name = 'swelake-samples/calc' AND pr_number = 2 ORDER BY rank").await;
+    assert_eq!(top[0].0, "calc/__init__.py", "{top:?}");
+
+    // The shards read back with the parquet crate.
+    let shard = lake.root().join("shards/seed/part-00000.parquet");
+    let b = read_parquet(&shard);
+    assert_eq!(b.num_rows(), 3);
+    for col in [
+        "instance_id",
+        "problem_statement",
+        "context",
+        "oracle",
+        "oracle_patch",
+        "data_source",
+        "prompt",
+        "ability",
+        "reward_model",
+        "extra_info",
+    ] {
+        assert!(b.schema().index_of(col).is_ok(), "{col}");
+    }
+    use arrow::array::AsArray;
+    let ids = b.column_by_name("instance_id").unwrap().as_string::<i32>();
+    let patches = b.column_by_name("oracle_patch").unwrap().as_string::<i32>();
+    let prompts = b.column_by_name("prompt").unwrap().as_list::<i32>();
+    let rm = b.column_by_name("reward_model").unwrap().as_struct();
+    let gt = rm.column_by_name("ground_truth").unwrap().as_string::<i32>();
+    for r in 0..b.num_rows() {
+        let truth: Value = serde_json::from_str(gt.value(r)).unwrap();
+        let context: BTreeMap<String, String> = serde_json::from_value(truth["context"].clone()).unwrap();
+        let oracle: BTreeMap<String, String> = serde_json::from_value(truth["oracle"].clone()).unwrap();
+        // The oracle, as SEARCH/REPLACE edits built from the patch, earns reward 1.0.
+        let answer = edits_from_patch(patches.value(r), &context, &oracle);
+        let reward = swelake::reward::search_replace_reward(&context, &oracle, &answer).unwrap();
+        assert_eq!(reward.reward, 1.0, "{}: {answer}\n{reward:?}", ids.value(r));
+        // The prompt: a system message asking for <think>/<solution>, and a user message with
+        // the issue and every context file.
+        let msgs = prompts.value(r);
+        let msgs = msgs.as_struct();
+        let roles = msgs.column_by_name("role").unwrap().as_string::<i32>();
+        let contents = msgs.column_by_name("content").unwrap().as_string::<i32>();
+        assert_eq!((roles.value(0), roles.value(1)), ("system", "user"));
+        assert!(contents.value(0).contains("<think>") && contents.value(0).contains("<solution>"));
+        for path in context.keys() {
+            assert!(contents.value(1).contains(&format!("### {path}\n")), "{path} shown");
+        }
+        assert!(contents.value(1).contains("<<<<<<< SEARCH"));
+    }
+    // The tables agree with their schema files.
+    for table in ["pr_quality", "pr_relevant_files", "blob_embeddings", "rl_seed", "seed_rejections"] {
+        let t = lake.open_table(table).await.unwrap();
+        let snap = t.snapshot().unwrap();
+        let d = swelake::schema::diff(
+            &swelake::schema::load(table).unwrap(),
+            &snap.snapshot().arrow_schema(),
+            snap.metadata().partition_columns(),
+        );
+        assert!(d.is_empty(), "{table}: {d:#?}");
+    }
+    // One repository, one split.
+    assert_eq!(
+        count(
+            &lake,
+            "SELECT count(*) FROM (SELECT repo_name FROM rl_seed GROUP BY repo_name HAVING count(DISTINCT split) > 1)"
+        )
+        .await,
+        0
+    );
+
+    // pyarrow reads the shards too, when it is installed.
+    let py = std::process::Command::new("python3")
+        .args(["-c", "import sys, pyarrow.parquet as pq; t = pq.read_table(sys.argv[1]); print(t.num_rows, t.column('prompt')[0][0]['role'])"])
+        .arg(&shard)
+        .output();
+    if let Ok(out) = py {
+        if out.status.success() {
+            assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "3 system");
+        } else {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(err.contains("No module named 'pyarrow'"), "pyarrow failed: {err}");
+        }
+    }
+
+    // The dataset card.
+    let card = swelake::report::write(&lake, &dir.path().join("card")).await.unwrap();
+    let text = std::fs::read_to_string(&card).unwrap();
+    assert!(text.contains("bot_author") && text.contains("![languages](languages.png)"));
+    for png in [
+        "rejections.png",
+        "files_per_pr.png",
+        "lines_per_pr.png",
+        "languages.png",
+        "prompt_tokens.png",
+        "links_per_pr.png",
+    ] {
+        let bytes = std::fs::read(dir.path().join("card").join(png)).unwrap();
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{png}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prompt_budget_drops_relevant_files_then_skips() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = swelake::config::CurationConfig::load(None).unwrap();
+    // Unbounded, the sample prompts are 536-662 tokens; with 520 two instances cannot fit even
+    // without their relevant files, and calc#2 fits only by dropping its relevant files.
+    config.seed.max_prompt_tokens = 520;
+    let (lake, summaries) = sample_lake(dir.path(), Some(config)).await;
+    let seed = summaries.iter().find(|s| s.job == "seed").unwrap();
+    assert!(seed.notes["relevant_files_dropped_for_budget"] > 0, "{seed:?}");
+    assert_eq!(seed.notes.get("rejected:prompt_too_long").copied(), Some(2), "{seed:?}");
+    let kept = pairs(&lake, "SELECT instance_id, extra_info['prompt_tokens'] FROM rl_seed").await;
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].0, "swelake-samples/calc#2");
+    assert!(kept[0].1 <= 520, "{kept:?}");
+    assert_eq!(count(&lake, "SELECT cardinality(extra_info['relevant_files']) FROM rl_seed").await, 0);
+    let rejected = pairs(&lake, "SELECT repo_name || '#' || CAST(pr_number AS VARCHAR), 1 FROM seed_rejections WHERE reason = 'prompt_too_long' ORDER BY 1").await;
+    assert_eq!(
+        rejected.into_iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec!["swelake-samples/calc#7".to_string(), "swelake-samples/textkit#4".to_string()]
+    );
+}
+
+#[test]
+fn encoder_embeds_like_a_sentence_encoder() {
+    let enc = swelake::relevance::encoder::Encoder::load(2).unwrap();
+    let v = enc
+        .embed(&["divide by zero raises an error", "ZeroDivisionError when dividing", "the cat sat on the mat"])
+        .unwrap();
+    for x in &v {
+        assert_eq!(x.len(), 384);
+        assert!((x.iter().map(|a| a * a).sum::<f32>() - 1.0).abs() < 1e-4);
+    }
+    let cos = swelake::relevance::encoder::cosine;
+    assert!(cos(&v[0], &v[1]) > cos(&v[0], &v[2]) + 0.2, "{} vs {}", cos(&v[0], &v[1]), cos(&v[0], &v[2]));
+    // Batching does not change a text's embedding.
+    let alone = enc.embed(&["the cat sat on the mat"]).unwrap();
+    assert!(cos(&alone[0], &v[2]) > 0.9999);
+    let _ = Arc::new(0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn relevance_evaluation_on_the_sample_history() {
+    let dir = tempfile::tempdir().unwrap();
+    let (lake, _) = sample_lake(dir.path(), None).await;
+    let repo =
+        swelake::snapshots::git::open_mirror(&dir.path().join("mirrors"), "swelake-samples/calc", "unused").unwrap();
+    let changes = swelake::relevance::changes_from_lake(&lake, "swelake-samples/calc").await.unwrap();
+    let config = swelake::config::CurationConfig::load(None).unwrap();
+    let report = swelake::relevance::evaluate(&repo, &changes, &config.relevance, None).unwrap();
+    assert!(report.cases >= 2, "{report:?}");
+    let bm25 = report.recall["bm25 (text + paths)"];
+    assert!(bm25[2] >= bm25[1] && bm25[1] >= bm25[0], "recall grows with k: {bm25:?}");
+}
