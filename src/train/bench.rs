@@ -116,12 +116,15 @@ fn torch_step(cfg: &Config, a: &TrainBenchArgs) -> Result<Option<f64>> {
 }
 
 pub fn run(a: &TrainBenchArgs) -> Result<()> {
+    let kept = super::keep_freed_memory();
     println!(
-        "GRPO train step, batch {} x {} tokens, {} timed steps, {} threads",
+        "GRPO train step, batch {} x {} tokens, {} timed steps, {} threads, matmul kernels {}, freed memory {}",
         a.batch,
         a.seq_len,
         a.steps,
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        matmul_kernels(),
+        if kept { "kept for reuse" } else { "returned to the OS (allocator default)" },
     );
     for name in &a.models {
         let cfg = shape(name)?;
@@ -137,6 +140,19 @@ pub fn run(a: &TrainBenchArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+fn matmul_kernels() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            return "AVX-512";
+        }
+        if std::arch::is_x86_feature_detected!("fma") {
+            return "AVX2/FMA";
+        }
+    }
+    "portable"
 }
 
 #[derive(Args, Debug)]
