@@ -159,5 +159,14 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
         lake_dir.display()
     )?;
     writeln!(report, "     analyst queries to adapt: sql/examples/*.sql")?;
+    if lake.has_table("rl_seed") {
+        writeln!(
+            report,
+            "     GRPO on the seed shards (tiny random policy; --model smollm2 for the real one):\n       \
+             swelake train --online --seed-shards '{}/shards/seed/*.parquet' --split '' --model tiny-bpe \
+             --steps 2 --group-size 4 --max-new-tokens 32 --out runs/demo",
+            lake_dir.display()
+        )?;
+    }
     Ok(report)
 }
