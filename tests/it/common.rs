@@ -53,3 +53,17 @@ pub async fn pairs(lake: &swelake::lake::Lake, sql: &str) -> Vec<(String, i64)> 
 pub async fn count(lake: &swelake::lake::Lake, sql: &str) -> i64 {
     pairs(lake, &format!("SELECT 'n', ({sql})")).await[0].1
 }
+
+/// Each table's Delta schema and partition columns agree with its file in `schemas/`.
+pub async fn assert_tables_match_schemas(lake: &swelake::lake::Lake, tables: &[&str]) {
+    for &table in tables {
+        let t = lake.open_table(table).await.unwrap();
+        let snap = t.snapshot().unwrap();
+        let d = swelake::schema::diff(
+            &swelake::schema::load(table).unwrap(),
+            &snap.snapshot().arrow_schema(),
+            snap.metadata().partition_columns(),
+        );
+        assert!(d.is_empty(), "{table}: {d:#?}");
+    }
+}

@@ -290,16 +290,11 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
         assert!(contents.value(1).contains("<<<<<<< SEARCH"));
     }
     // The tables agree with their schema files.
-    for table in ["pr_quality", "pr_relevant_files", "blob_embeddings", "rl_seed", "seed_rejections"] {
-        let t = lake.open_table(table).await.unwrap();
-        let snap = t.snapshot().unwrap();
-        let d = swelake::schema::diff(
-            &swelake::schema::load(table).unwrap(),
-            &snap.snapshot().arrow_schema(),
-            snap.metadata().partition_columns(),
-        );
-        assert!(d.is_empty(), "{table}: {d:#?}");
-    }
+    crate::common::assert_tables_match_schemas(
+        &lake,
+        &["pr_quality", "pr_relevant_files", "blob_embeddings", "rl_seed", "seed_rejections"],
+    )
+    .await;
     // One repository, one split.
     assert_eq!(
         count(
