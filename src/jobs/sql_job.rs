@@ -309,6 +309,12 @@ fn register_config(ctx: &SessionContext, config: &crate::config::CurationConfig)
 async fn overwrite(lake: &Lake, output: &str, result: DataFrame, schema: &Schema) -> Result<(u64, Option<i64>)> {
     let batches: Vec<RecordBatch> = result.collect().await?;
     let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
+    Ok((rows, rewrite(lake, output, schema, batches).await?))
+}
+
+/// Writes `batches` as the whole content of `output`, re-tagged with `schema` (same columns and
+/// storage types, the declared names and nullability). Returns the new table version.
+async fn rewrite(lake: &Lake, output: &str, schema: &Schema, batches: Vec<RecordBatch>) -> Result<Option<i64>> {
     let schema = Arc::new(schema.clone());
     let batches: Vec<RecordBatch> = batches
         .into_iter()
@@ -320,7 +326,7 @@ async fn overwrite(lake: &Lake, output: &str, result: DataFrame, schema: &Schema
         .with_save_mode(SaveMode::Overwrite)
         .await
         .with_context(|| format!("rewriting `{output}`"))?;
-    Ok((rows, table.version().map(|v| v as i64)))
+    Ok(table.version().map(|v| v as i64))
 }
 
 /// Replaces the output's files of each processed partition with the result's rows.
@@ -390,21 +396,7 @@ async fn replace_keys(
         let kept = ctx
             .sql(&format!("SELECT {cols} FROM {output} o WHERE NOT EXISTS (SELECT 1 FROM __touched t WHERE {on})"))
             .await?;
-        let kept = normalize(kept)?;
-        for b in kept.collect().await? {
-            // Same columns, same storage types: re-tag with the result schema.
-            batches.push(RecordBatch::try_new(Arc::new(schema.clone()), b.columns().to_vec())?);
-        }
+        batches.extend(normalize(kept)?.collect().await?);
     }
-    let table = lake.ensure_table(output, schema, &[]).await?;
-    let batches: Vec<RecordBatch> = batches
-        .into_iter()
-        .map(|b| RecordBatch::try_new(Arc::new(schema.clone()), b.columns().to_vec()))
-        .collect::<Result<_, _>>()?;
-    let table = table
-        .write(batches)
-        .with_save_mode(SaveMode::Overwrite)
-        .await
-        .with_context(|| format!("rewriting `{output}`"))?;
-    Ok((rows, table.version().map(|v| v as i64)))
+    Ok((rows, rewrite(lake, output, schema, batches).await?))
 }
