@@ -372,6 +372,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 }
             }
             let lake = Lake::open(&a.lake)?;
+            crate::memory::keep_freed_memory();
             let opts = IngestOptions {
                 source: a.source,
                 from: a.from,

@@ -10,6 +10,7 @@ pub mod filters;
 pub mod ingest;
 pub mod jobs;
 pub mod lake;
+pub mod memory;
 pub mod models;
 pub mod progress;
 pub mod prs;

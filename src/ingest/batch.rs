@@ -309,8 +309,12 @@ impl EventsBuilder {
     }
 
     pub fn finish(&mut self) -> RecordBatch {
-        let cols = std::mem::replace(&mut self.cols, Cols::new(self.cap));
-        let mut cols = cols;
+        let mut cols = std::mem::replace(&mut self.cols, Cols::new(self.cap));
+        // The payload column holds most of the bytes: start the next batch's buffer at this
+        // batch's size, so it is not grown (and copied) from empty again for every batch.
+        let payload_bytes = cols.payload.0.values_slice().len();
+        let want = (payload_bytes + payload_bytes / 8).clamp(self.cap * 16, 64 << 20);
+        self.cols.payload = Str(StringBuilder::with_capacity(self.cap, want));
         let arrays = cols.finish();
         self.rows = 0;
         self.bytes = 0;

@@ -305,10 +305,47 @@ struct Members<'a> {
     public: Option<&'a str>,
     created_at: Option<&'a str>,
     payload: Option<&'a str>,
+    /// The payload, already decoded (typed or validated) while the line was split: the usual
+    /// case, where `type` precedes `payload`. `None` leaves it to [`parse_line`].
+    payload_parsed: Option<Payload<'a>>,
+}
+
+/// Decodes the payload object starting at `line[start..]` in the one serde pass that also
+/// finds where it ends; `None` if that fails (the caller's slower path reports why).
+fn payload_in_place<'a>(line: &'a str, start: usize, kind: &str) -> Option<(Payload<'a>, usize)> {
+    let rest = &line[start..];
+    if !rest.starts_with('{') {
+        return None;
+    }
+    if has_typed_payload(kind) {
+        let mut it = serde_json::Deserializer::from_str(rest).into_iter::<Payload<'a>>();
+        match it.next() {
+            Some(Ok(p)) => Some((p, start + it.byte_offset())),
+            _ => None,
+        }
+    } else {
+        let mut it = serde_json::Deserializer::from_str(rest).into_iter::<serde::de::IgnoredAny>();
+        match it.next() {
+            Some(Ok(_)) => Some((Payload::default(), start + it.byte_offset())),
+            _ => None,
+        }
+    }
 }
 
 fn split_members(line: &str) -> Result<Members<'_>, Rejection> {
-    let list = super::scan::members(line).map_err(|e| Rejection::new("invalid_json", e.message))?;
+    let mut payload_parsed = None;
+    let list = super::scan::members_with(line, |so_far, key, start| {
+        if key != "payload" {
+            return None;
+        }
+        // Only a plain string `type` seen earlier says which payload shape to decode.
+        let kind = so_far.iter().find(|(k, _)| k == "type").map(|(_, v)| *v)?;
+        let kind = kind.strip_prefix('"')?.strip_suffix('"').filter(|k| !k.contains('\\'))?;
+        let (payload, end) = payload_in_place(line, start, kind)?;
+        payload_parsed = Some(payload);
+        Some(end)
+    })
+    .map_err(|e| Rejection::new("invalid_json", e.message))?;
     let mut m = Members::default();
     for (key, value) in list {
         let slot = match key.as_ref() {
@@ -332,6 +369,7 @@ fn split_members(line: &str) -> Result<Members<'_>, Rejection> {
             return Err(Rejection::new("invalid_json", format!("duplicate member `{key}`")));
         }
     }
+    m.payload_parsed = payload_parsed;
     Ok(m)
 }
 
@@ -343,7 +381,7 @@ pub fn parse_line(line: &str) -> Result<Event<'_>, Rejection> {
             Err(e) => Rejection::new("invalid_json", e.to_string()),
         });
     }
-    let m = split_members(line)?;
+    let mut m = split_members(line)?;
     let actor_is_string = m.actor.is_some_and(|a| a.starts_with('"'));
     if m.repository.is_some() || actor_is_string {
         return Err(Rejection::new(
@@ -381,7 +419,9 @@ pub fn parse_line(line: &str) -> Result<Event<'_>, Rejection> {
     }
     // One serde pass over the payload either way: typed where the columns need it,
     // validation only where they do not.
-    let payload: Payload = if has_typed_payload(&kind) {
+    let payload: Payload = if let Some(p) = m.payload_parsed.take() {
+        p
+    } else if has_typed_payload(&kind) {
         serde_json::from_str(payload_raw).map_err(|e| {
             if e.is_data() {
                 Rejection::new("bad_payload", format!("{kind} payload does not have the expected field types: {e}"))
@@ -465,6 +505,48 @@ mod tests {
             ),
             "bad_payload"
         );
+    }
+
+    /// The payload is decoded while the line is split when `type` comes first (real archives),
+    /// afterwards otherwise; both give the same event and the same rejections.
+    #[test]
+    fn member_order_does_not_matter() {
+        let payload = r#"{"action":"opened","number":3,"pull_request":{"number":3,"title":"T","user":{"login":"al","type":"User"},"head":{"ref":"f","sha":"h"}}}"#;
+        let first = format!(
+            r#"{{"id":"1","type":"PullRequestEvent","payload":{payload},"public":true,"created_at":"2015-01-01T15:00:01Z"}}"#
+        );
+        let last = format!(
+            r#"{{"id":"1","payload":{payload},"public":true,"created_at":"2015-01-01T15:00:01Z","type":"PullRequestEvent"}}"#
+        );
+        for line in [&first, &last] {
+            let e = parse_line(line).unwrap();
+            assert_eq!(e.payload_raw, payload);
+            assert_eq!(e.payload.action.as_deref(), Some("opened"));
+            let pr = e.payload.pull_request.as_ref().unwrap();
+            assert_eq!(pr.user.as_ref().unwrap().login.as_deref(), Some("al"));
+            assert_eq!(pr.head.as_ref().unwrap().sha.as_deref(), Some("h"));
+        }
+        for (bad, code) in [
+            (r#"{"number":"x"}"#, "bad_payload"),
+            (r#"{"number":3,}"#, "invalid_json"),
+            (r#"{"a":[1,2}"#, "invalid_json"),
+        ] {
+            for line in [
+                format!(r#"{{"id":"1","type":"IssuesEvent","payload":{bad},"created_at":"2015-01-01T15:00:01Z"}}"#),
+                format!(r#"{{"id":"1","payload":{bad},"created_at":"2015-01-01T15:00:01Z","type":"IssuesEvent"}}"#),
+            ] {
+                assert_eq!(parse_line(&line).unwrap_err().code, code, "{line}");
+            }
+        }
+        // An untyped event's payload is validated, not decoded, on either path.
+        let watch =
+            r#"{"id":"2","type":"WatchEvent","payload":{"action":"started"},"created_at":"2015-01-01T15:00:01Z"}"#;
+        let e = parse_line(watch).unwrap();
+        assert_eq!(e.payload_raw, r#"{"action":"started"}"#);
+        assert!(e.payload.action.is_none());
+        let broken =
+            r#"{"id":"2","type":"WatchEvent","payload":{"action":"started"]},"created_at":"2015-01-01T15:00:01Z"}"#;
+        assert_eq!(parse_line(broken).unwrap_err().code, "invalid_json");
     }
 
     #[test]

@@ -90,6 +90,16 @@ fn skip_value(b: &[u8], i: usize) -> Result<usize, ScanError> {
 /// The members of a top-level object, in order: (key, value text). Keys with escapes are
 /// decoded, as JSON compares them.
 pub fn members(line: &str) -> Result<Vec<(Cow<'_, str>, &str)>, ScanError> {
+    members_with(line, |_, _, _| None)
+}
+
+/// As [`members`], but `value_end(members so far, key, start)` may find the end of a value
+/// itself (for example by parsing it with serde, which then need not see it again); `None`
+/// leaves the value to the scanner.
+pub fn members_with<'a>(
+    line: &'a str,
+    mut value_end: impl FnMut(&[(Cow<'a, str>, &'a str)], &str, usize) -> Option<usize>,
+) -> Result<Vec<(Cow<'a, str>, &'a str)>, ScanError> {
     let b = line.as_bytes();
     let mut i = skip_ws(b, 0);
     if b.get(i) != Some(&b'{') {
@@ -122,7 +132,10 @@ pub fn members(line: &str) -> Result<Vec<(Cow<'_, str>, &str)>, ScanError> {
                 return Err(err(format!("expected ':' at byte {i}")));
             }
             i = skip_ws(b, i + 1);
-            let end = skip_value(b, i)?;
+            let end = match value_end(&out, &key, i) {
+                Some(end) => end,
+                None => skip_value(b, i)?,
+            };
             out.push((key, &line[i..end]));
             i = skip_ws(b, end);
             match b.get(i) {

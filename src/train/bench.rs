@@ -116,7 +116,7 @@ fn torch_step(cfg: &Config, a: &TrainBenchArgs) -> Result<Option<f64>> {
 }
 
 pub fn run(a: &TrainBenchArgs) -> Result<()> {
-    let kept = super::keep_freed_memory();
+    let kept = crate::memory::keep_freed_memory();
     println!(
         "GRPO train step, batch {} x {} tokens, {} timed steps, {} threads, matmul kernels {}, freed memory {}",
         a.batch,

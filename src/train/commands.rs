@@ -233,7 +233,7 @@ fn reward_of(seed: &HashMap<String, SeedInstance>) -> impl Fn(&str, &str) -> Opt
 }
 
 pub fn train(a: &TrainArgs) -> Result<()> {
-    super::keep_freed_memory();
+    crate::memory::keep_freed_memory();
     let policy = a.model.load()?;
     let cfg = TrainConfig {
         objective: Objective {
@@ -409,7 +409,7 @@ fn after_step(
 }
 
 pub fn generate(a: &GenerateArgs) -> Result<()> {
-    super::keep_freed_memory();
+    crate::memory::keep_freed_memory();
     let policy = a.model.load()?;
     let mut inst = seed_split(&a.seed_shards, &a.split)?;
     if let Some(l) = a.limit {
@@ -449,7 +449,7 @@ pub fn generate(a: &GenerateArgs) -> Result<()> {
 }
 
 pub fn eval(a: &EvalArgs) -> Result<()> {
-    super::keep_freed_memory();
+    crate::memory::keep_freed_memory();
     let mut inst = seed_split(&a.seed_shards, &a.split)?;
     if let Some(l) = a.limit {
         inst.truncate(l);

@@ -29,30 +29,6 @@ use candle_core::{DType, Device};
 use model::{Config, Model};
 use tokenizer::ChatTokenizer;
 
-/// Makes glibc keep freed memory for reuse instead of returning every large block to the kernel.
-///
-/// A training step allocates and frees the same few hundred activation and gradient buffers of
-/// 1–100 MB each; with glibc's defaults every one is a fresh mmap, and zero-filling those pages
-/// took ~27% of a SmolLM2-shaped step (perf, `swelake bench train`). The cost is that resident
-/// memory stays at the step's peak, which a training process reaches anyway. Returns whether
-/// the setting took.
-pub fn keep_freed_memory() -> bool {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        // SAFETY: mallopt only changes allocator parameters; it is called before the
-        // allocations it affects and does not invalidate existing blocks.
-        unsafe {
-            let big = libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 30) == 1
-                || libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20) == 1;
-            big && libc::mallopt(libc::M_TRIM_THRESHOLD, i32::MAX) == 1
-        }
-    }
-    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-    {
-        false
-    }
-}
-
 /// The device training and generation run on: the first CUDA GPU when swelake is built with the
 /// `cuda` feature and one is present, else the CPU.
 pub fn device() -> Device {
