@@ -82,12 +82,17 @@ fn normalized_patches(
     let paths: BTreeSet<&String> = oracle_new.keys().chain(pred_new.keys()).collect();
     for path in paths {
         let old = py_splitlines(context.get(path).map_or("", |s| s.as_str()));
-        for (new, out) in [(oracle_new.get(path), &mut oracle), (pred_new.get(path), &mut pred)] {
-            if let Some(new) = new {
-                let patch = difflib::unified_diff_text(&old, &py_splitlines(new), 3);
-                if !patch.is_empty() {
-                    out.insert(path.clone(), patch);
-                }
+        let oracle_patch = oracle_new.get(path).map(|new| difflib::unified_diff_text(&old, &py_splitlines(new), 3));
+        // A prediction equal to the oracle has the oracle's patch (the diff is a function of
+        // the two texts): common for good answers, and it halves their diff work.
+        let pred_patch = match pred_new.get(path) {
+            Some(new) if oracle_new.get(path) == Some(new) => oracle_patch.clone(),
+            Some(new) => Some(difflib::unified_diff_text(&old, &py_splitlines(new), 3)),
+            None => None,
+        };
+        for (patch, out) in [(oracle_patch, &mut oracle), (pred_patch, &mut pred)] {
+            if let Some(patch) = patch.filter(|p| !p.is_empty()) {
+                out.insert(path.clone(), patch);
             }
         }
     }

@@ -43,69 +43,84 @@ const SAM_MAX_WINDOW: usize = 32_000;
 #[derive(Default)]
 struct Sam {
     sigma: usize,
-    len: Vec<u32>,
-    link: Vec<u32>,
-    firstpos: Vec<u32>,
-    /// Transitions, `sigma` per state: dense, because lookups dominate and most windows
-    /// have a small alphabet (measured faster than edge lists on the parity cases); 16-bit,
-    /// which halves the table and limits windows to `SAM_MAX_WINDOW` elements.
-    next: Vec<u16>,
-    last: u32,
+    /// `HDR + sigma` cells per state.
+    stride: usize,
+    /// One row per state: its length, suffix link and first end position (relative to
+    /// `base`), then its transitions, dense over the local alphabet (lookups dominate and
+    /// most windows have a small alphabet: measured faster than edge lists). Keeping a
+    /// state's header next to its transitions means the suffix-link walks, which dominate
+    /// building and querying and jump between unrelated states, touch one row per state.
+    /// Cells are 16-bit, which limits windows to `SAM_MAX_WINDOW` elements.
+    rows: Vec<u16>,
+    base: usize,
+    states: usize,
+    last: usize,
     local: Vec<u32>,
     touched: Vec<u32>,
 }
 
+const LEN: usize = 0;
+const LINK: usize = 1;
+const FIRST: usize = 2;
+const HDR: usize = 3;
+
 impl Sam {
-    fn new_state(&mut self, len: u32, firstpos: u32) -> u32 {
-        let id = self.len.len() as u32;
-        self.len.push(len);
-        self.link.push(NONE);
-        self.firstpos.push(firstpos);
-        self.next.resize(self.next.len() + self.sigma, NO_EDGE);
+    fn new_state(&mut self, len: u16, first: u16) -> usize {
+        let id = self.states;
+        self.states += 1;
+        self.rows.resize(self.rows.len() + self.stride, NO_EDGE);
+        let row = id * self.stride;
+        self.rows[row + LEN] = len;
+        self.rows[row + FIRST] = first;
         id
     }
 
-    #[inline]
-    fn get(&self, state: u32, c: u32) -> u32 {
-        match self.next[state as usize * self.sigma + c as usize] {
-            NO_EDGE => NONE,
-            t => t as u32,
-        }
-    }
-
-    fn extend(&mut self, c: u32, pos: u32) {
-        let sigma = self.sigma;
-        let c = c as usize;
-        let cur = self.new_state(self.len[self.last as usize] + 1, pos);
-        let mut p = self.last;
-        while p != NONE && self.next[p as usize * sigma + c] == NO_EDGE {
-            self.next[p as usize * sigma + c] = cur as u16;
-            p = self.link[p as usize];
-        }
-        if p == NONE {
-            self.link[cur as usize] = 0;
-        } else {
-            let q = self.next[p as usize * sigma + c] as u32;
-            if self.len[p as usize] + 1 == self.len[q as usize] {
-                self.link[cur as usize] = q;
-            } else {
-                let clone = self.new_state(self.len[p as usize] + 1, self.firstpos[q as usize]);
-                let (qs, cs) = (q as usize * sigma, clone as usize * sigma);
-                self.next.copy_within(qs..qs + sigma, cs);
-                self.link[clone as usize] = self.link[q as usize];
-                while p != NONE && self.next[p as usize * sigma + c] as u32 == q {
-                    self.next[p as usize * sigma + c] = clone as u16;
-                    p = self.link[p as usize];
+    fn extend(&mut self, c: usize, pos: u16) {
+        let st = self.stride;
+        let last = self.last;
+        let cur = self.new_state(self.rows[last * st + LEN] + 1, pos);
+        self.last = cur;
+        let mut p = last;
+        loop {
+            let cell = p * st + HDR + c;
+            if self.rows[cell] != NO_EDGE {
+                break;
+            }
+            self.rows[cell] = cur as u16;
+            match self.rows[p * st + LINK] {
+                NO_EDGE => {
+                    self.rows[cur * st + LINK] = 0;
+                    return;
                 }
-                self.link[q as usize] = clone;
-                self.link[cur as usize] = clone;
+                link => p = link as usize,
             }
         }
-        self.last = cur;
+        let q = self.rows[p * st + HDR + c] as usize;
+        if self.rows[p * st + LEN] + 1 == self.rows[q * st + LEN] {
+            self.rows[cur * st + LINK] = q as u16;
+            return;
+        }
+        let clone = self.new_state(self.rows[p * st + LEN] + 1, self.rows[q * st + FIRST]);
+        self.rows.copy_within(q * st + HDR..(q + 1) * st, clone * st + HDR);
+        self.rows[clone * st + LINK] = self.rows[q * st + LINK];
+        loop {
+            let cell = p * st + HDR + c;
+            if self.rows[cell] as usize != q {
+                break;
+            }
+            self.rows[cell] = clone as u16;
+            match self.rows[p * st + LINK] {
+                NO_EDGE => break,
+                link => p = link as usize,
+            }
+        }
+        self.rows[q * st + LINK] = clone as u16;
+        self.rows[cur * st + LINK] = clone as u16;
     }
 
-    /// Builds the automaton of `b[blo..bhi]`.
+    /// Builds the automaton of `b[blo..bhi]` (`bhi - blo < SAM_MAX_WINDOW`).
     fn build(&mut self, b: &[u32], n_ids: usize, blo: usize, bhi: usize) {
+        debug_assert!(bhi - blo < SAM_MAX_WINDOW);
         if self.local.len() < n_ids {
             self.local.resize(n_ids, NONE);
         }
@@ -120,25 +135,28 @@ impl Sam {
             }
         }
         self.sigma = self.touched.len();
-        self.len.clear();
-        self.link.clear();
-        self.firstpos.clear();
-        self.next.clear();
-        self.last = self.new_state(0, NONE);
+        self.stride = HDR + self.sigma;
+        self.base = blo;
+        self.rows.clear();
+        self.rows.reserve(2 * (bhi - blo + 1) * self.stride);
+        self.states = 0;
+        self.last = self.new_state(0, NO_EDGE);
         for (j, &x) in b[blo..bhi].iter().enumerate() {
-            let c = self.local[x as usize];
-            self.extend(c, (blo + j) as u32);
+            let c = self.local[x as usize] as usize;
+            self.extend(c, j as u16);
         }
     }
 
     /// The longest block of `a[alo..ahi]` and the built window of `b` cut at `bhi` (which may
     /// be before the window's end): first in `a`, then in `b`. Every string of a state has
-    /// the same end positions, so "occurs ending before `bhi`" is `firstpos < bhi` per state,
-    /// and the usual suffix-link walk still finds the longest such suffix at each step.
+    /// the same end positions, so "occurs ending before `bhi`" is "first end < `bhi`" per
+    /// state, and the usual suffix-link walk still finds the longest such suffix at each step.
     fn longest(&self, a: &[u32], alo: usize, ahi: usize, blo: usize, bhi: usize) -> Block {
         let (mut besti, mut bestj, mut bestsize) = (alo, blo, 0usize);
-        let (mut v, mut l) = (0u32, 0usize);
-        let limit = bhi as u32;
+        let (mut v, mut l) = (0usize, 0usize);
+        let st = self.stride;
+        let limit = (bhi - self.base) as u16;
+        let rows = &self.rows[..];
         for (i, &x) in a.iter().enumerate().take(ahi).skip(alo) {
             let c = self.local.get(x as usize).copied().unwrap_or(NONE);
             if c == NONE {
@@ -146,10 +164,11 @@ impl Sam {
                 l = 0;
                 continue;
             }
+            let c = c as usize;
             loop {
-                let t = self.get(v, c);
-                if t != NONE && self.firstpos[t as usize] < limit {
-                    v = t;
+                let t = rows[v * st + HDR + c];
+                if t != NO_EDGE && rows[t as usize * st + FIRST] < limit {
+                    v = t as usize;
                     l += 1;
                     break;
                 }
@@ -157,13 +176,13 @@ impl Sam {
                     l = 0;
                     break;
                 }
-                v = self.link[v as usize];
-                l = self.len[v as usize] as usize;
+                v = rows[v * st + LINK] as usize;
+                l = rows[v * st + LEN] as usize;
             }
             if l > bestsize {
                 bestsize = l;
                 besti = i + 1 - l;
-                bestj = self.firstpos[v as usize] as usize + 1 - l;
+                bestj = self.base + rows[v * st + FIRST] as usize + 1 - l;
             }
         }
         (besti, bestj, bestsize)
@@ -176,14 +195,41 @@ pub struct Matcher<'s, 'a> {
     b: &'a [u32],
     n_ids: usize,
     any_popular: bool,
+    /// `b2j` is built: eagerly when autojunk needs the counts, else on the first DP call
+    /// (windows answered by the automaton never need it).
+    b2j_ready: bool,
     s: &'s mut Scratch,
 }
 
 impl<'s, 'a> Matcher<'s, 'a> {
-    /// Builds `b2j` (positions of each element in `b`, ascending) and, with `autojunk` and
+    /// Prepares `b2j` (positions of each element in `b`, ascending) and, with `autojunk` and
     /// `len(b) >= 200`, drops the elements occurring more than `len(b) // 100 + 1` times,
     /// exactly as `SequenceMatcher.__chain_b` does.
     pub fn new(a: &'a [u32], b: &'a [u32], n_ids: usize, autojunk: bool, s: &'s mut Scratch) -> Self {
+        // The DP rows are generation-stamped and generations only grow (until they wrap),
+        // so rows left by earlier matchers never look current: grow them, never clear them.
+        for k in 0..2 {
+            if s.cells[k].len() < b.len() + 1 {
+                s.cells[k].resize(b.len() + 1, 0);
+            }
+        }
+        let mut m = Matcher { a, b, n_ids, any_popular: false, b2j_ready: false, s };
+        if autojunk && b.len() >= 200 {
+            m.build_b2j();
+            let ntest = (b.len() / 100 + 1) as u32;
+            let s = &mut *m.s;
+            for id in 0..n_ids {
+                if s.offsets[id + 1] - s.offsets[id] > ntest {
+                    s.popular[id] = true;
+                    m.any_popular = true;
+                }
+            }
+        }
+        m
+    }
+
+    fn build_b2j(&mut self) {
+        let (b, n_ids, s) = (self.b, self.n_ids, &mut *self.s);
         s.offsets.clear();
         s.offsets.resize(n_ids + 1, 0);
         for &x in b {
@@ -191,34 +237,18 @@ impl<'s, 'a> Matcher<'s, 'a> {
         }
         s.popular.clear();
         s.popular.resize(n_ids, false);
-        let mut any_popular = false;
-        if autojunk && b.len() >= 200 {
-            let ntest = (b.len() / 100 + 1) as u32;
-            for id in 0..n_ids {
-                if s.offsets[id + 1] > ntest {
-                    s.popular[id] = true;
-                    any_popular = true;
-                }
-            }
-        }
         for id in 0..n_ids {
             s.offsets[id + 1] += s.offsets[id];
         }
         s.positions.clear();
         s.positions.resize(b.len(), 0);
-        // Fill with a moving cursor per id; `queue` is free, so borrow a buffer for it.
         let mut cursor: Vec<u32> = s.offsets[..n_ids].to_vec();
         for (j, &x) in b.iter().enumerate() {
             let c = &mut cursor[x as usize];
             s.positions[*c as usize] = j as u32;
             *c += 1;
         }
-        for k in 0..2 {
-            s.cells[k].clear();
-            s.cells[k].resize(b.len() + 1, 0);
-        }
-        s.generation = 0;
-        Matcher { a, b, n_ids, any_popular, s }
+        self.b2j_ready = true;
     }
 
     /// `find_longest_match(alo, ahi, blo, bhi)`: the longest block, earliest in `a`, then
@@ -283,6 +313,9 @@ impl<'s, 'a> Matcher<'s, 'a> {
 
     /// CPython's loop over `b2j`, with `j2len` kept as two generation-stamped rows.
     fn longest_dp(&mut self, alo: usize, ahi: usize, blo: usize, bhi: usize) -> Block {
+        if !self.b2j_ready {
+            self.build_b2j();
+        }
         let (a, s) = (self.a, &mut *self.s);
         let (mut besti, mut bestj, mut bestsize) = (alo, blo, 0usize);
         // Generations separate rows and calls: a run recorded earlier must never look like
@@ -460,6 +493,11 @@ pub struct RatioCtx {
 impl RatioCtx {
     /// `difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()` on code points.
     pub fn ratio(&mut self, a: &str, b: &str) -> f64 {
+        if a == b {
+            // The first longest match of two equal sequences is all of them, so
+            // matches == len(a) and the ratio is 2n / 2n (1.0 for two empty ones too).
+            return 1.0;
+        }
         self.a.clear();
         self.b.clear();
         let n_ids = if a.is_ascii() && b.is_ascii() {
@@ -643,6 +681,8 @@ mod tests {
     #[test]
     fn ratio_known_values() {
         assert_eq!(ratio("", ""), 1.0);
+        assert_eq!(ratio("same text\n", "same text\n"), 1.0);
+        assert_eq!(ratio("é€😀", "é€😀"), 1.0);
         assert_eq!(ratio("abc", ""), 0.0);
         assert_eq!(ratio("abcd", "bcde"), 0.75);
         // SequenceMatcher(None, "private Thread currentThread;",
