@@ -394,7 +394,12 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
                         Ok(text) => match parse_line(text) {
                             Ok(ev) => {
                                 if seen_ids.insert(&ev.id) {
-                                    *summary.events_by_type.entry(ev.kind.to_string()).or_default() += 1;
+                                    match summary.events_by_type.get_mut(ev.kind.as_ref()) {
+                                        Some(n) => *n += 1,
+                                        None => {
+                                            summary.events_by_type.insert(ev.kind.to_string(), 1);
+                                        }
+                                    }
                                     builder.push(&ev, &s.name, line_no);
                                     summary.events_written += 1;
                                 } else {
