@@ -156,7 +156,7 @@ pub fn score_stream(
     let mut input = input;
     let mut chunk: Vec<(usize, String)> = Vec::with_capacity(CHUNK_LINES);
     let mut line_number = 0usize;
-    // Cases are lines of tens of KB: reading each into a buffer sized like the last one
+    // Cases are lines of several KB: reading each into a buffer sized like the last one
     // avoids growing every line from empty (a measurable share of `bench reward`).
     let mut line = String::new();
     loop {
