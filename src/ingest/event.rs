@@ -310,6 +310,13 @@ struct Members<'a> {
     payload_parsed: Option<Payload<'a>>,
 }
 
+/// The first JSON value of `rest` and the byte offset just past it.
+fn decode_prefix<'a, T: Deserialize<'a>>(rest: &'a str) -> Option<(T, usize)> {
+    let mut it = serde_json::Deserializer::from_str(rest).into_iter::<T>();
+    let value = it.next()?.ok()?;
+    Some((value, it.byte_offset()))
+}
+
 /// Decodes the payload object starting at `line[start..]` in the one serde pass that also
 /// finds where it ends; `None` if that fails (the caller's slower path reports why).
 fn payload_in_place<'a>(line: &'a str, start: usize, kind: &str) -> Option<(Payload<'a>, usize)> {
@@ -317,19 +324,12 @@ fn payload_in_place<'a>(line: &'a str, start: usize, kind: &str) -> Option<(Payl
     if !rest.starts_with('{') {
         return None;
     }
-    if has_typed_payload(kind) {
-        let mut it = serde_json::Deserializer::from_str(rest).into_iter::<Payload<'a>>();
-        match it.next() {
-            Some(Ok(p)) => Some((p, start + it.byte_offset())),
-            _ => None,
-        }
+    let (payload, len) = if has_typed_payload(kind) {
+        decode_prefix::<Payload>(rest)?
     } else {
-        let mut it = serde_json::Deserializer::from_str(rest).into_iter::<serde::de::IgnoredAny>();
-        match it.next() {
-            Some(Ok(_)) => Some((Payload::default(), start + it.byte_offset())),
-            _ => None,
-        }
-    }
+        decode_prefix::<serde::de::IgnoredAny>(rest).map(|(_, len)| (Payload::default(), len))?
+    };
+    Some((payload, start + len))
 }
 
 fn split_members(line: &str) -> Result<Members<'_>, Rejection> {

@@ -42,8 +42,7 @@ const SAM_MAX_WINDOW: usize = 32_000;
 /// that `j` are CPython's answer, found in O(n + m) instead of O(pairs of equal elements).
 #[derive(Default)]
 struct Sam {
-    sigma: usize,
-    /// `HDR + sigma` cells per state.
+    /// `HDR` + the window's alphabet size: cells per state.
     stride: usize,
     /// One row per state: its length, suffix link and first end position (relative to
     /// `base`), then its transitions, dense over the local alphabet (lookups dominate and
@@ -134,8 +133,7 @@ impl Sam {
                 self.touched.push(x);
             }
         }
-        self.sigma = self.touched.len();
-        self.stride = HDR + self.sigma;
+        self.stride = HDR + self.touched.len();
         self.base = blo;
         self.rows.clear();
         self.rows.reserve(2 * (bhi - blo + 1) * self.stride);
