@@ -135,29 +135,44 @@ pub fn general_reward(
     Ok(Reward { reward: mean(&similarities), similarities, format_error: None })
 }
 
-/// First occurrence of `needle` (SIMD substring search).
-fn find(haystack: &str, needle: &str) -> Option<usize> {
-    memchr::memmem::find(haystack.as_bytes(), needle.as_bytes())
+/// A SIMD substring searcher for a constant needle, built once: building one costs more
+/// than most of the short searches an answer needs.
+macro_rules! finder {
+    ($needle:expr) => {{
+        static F: std::sync::OnceLock<memchr::memmem::Finder<'static>> = std::sync::OnceLock::new();
+        F.get_or_init(|| memchr::memmem::Finder::new($needle.as_bytes()))
+    }};
+}
+
+/// First occurrence of the searcher's needle.
+fn find(haystack: &str, needle: &memchr::memmem::Finder<'_>) -> Option<usize> {
+    needle.find(haystack.as_bytes())
 }
 
 const TAGS: [&str; 4] = ["<think>", "</think>", "<solution>", "</solution>"];
+
+fn tag_finders() -> &'static [memchr::memmem::Finder<'static>; 4] {
+    static F: std::sync::OnceLock<[memchr::memmem::Finder<'static>; 4]> = std::sync::OnceLock::new();
+    F.get_or_init(|| TAGS.map(|t| memchr::memmem::Finder::new(t.as_bytes())))
+}
 
 /// `extract_thought_solution`: exactly one of each tag, a non-empty thought; returns the
 /// stripped answer. Mirrors `output.split(open)[1].split(close)[0]` literally, including
 /// its behaviour when a closing tag comes before its opening tag.
 pub fn extract_answer(output: &str) -> Result<&str, String> {
-    for tag in TAGS {
+    let finders = tag_finders();
+    for (tag, finder) in TAGS.iter().zip(finders) {
         // Python's str.count: non-overlapping occurrences.
-        if memchr::memmem::find_iter(output.as_bytes(), tag.as_bytes()).take(2).count() != 1 {
+        if finder.find_iter(output.as_bytes()).take(2).count() != 1 {
             return Err(format!("count of {tag} is not 1"));
         }
     }
-    let between = |open: &str, close: &str| -> &str {
-        let after = find(output, open).map_or("", |at| &output[at + open.len()..]);
-        find(after, close).map_or(after, |at| &after[..at])
+    let between = |open: usize, close: usize| -> &str {
+        let after = find(output, &finders[open]).map_or("", |at| &output[at + TAGS[open].len()..]);
+        find(after, &finders[close]).map_or(after, |at| &after[..at])
     };
-    let thought = py_strip(between("<think>", "</think>"));
-    let answer = py_strip(between("<solution>", "</solution>"));
+    let thought = py_strip(between(0, 1));
+    let answer = py_strip(between(2, 3));
     if thought.is_empty() {
         return Err("Thought is empty".to_string());
     }
@@ -195,9 +210,9 @@ fn block_at(text: &str, start: usize) -> Option<(&str, &str, &str, usize)> {
         return None;
     }
     let s_start = path_end + SEARCH_OPEN.len();
-    let s_end = s_start + find(&text[s_start..], DIVIDER)?;
+    let s_end = s_start + find(&text[s_start..], finder!(DIVIDER))?;
     let r_start = s_end + DIVIDER.len();
-    let r_end = r_start + find(&text[r_start..], REPLACE_CLOSE)?;
+    let r_end = r_start + find(&text[r_start..], finder!(REPLACE_CLOSE))?;
     Some((&text[path_start..path_end], &text[s_start..s_end], &text[r_start..r_end], r_end + REPLACE_CLOSE.len()))
 }
 
@@ -206,7 +221,7 @@ fn block_at(text: &str, start: usize) -> Option<(&str, &str, &str, usize)> {
 pub fn parse_search_replace(answer: &str) -> Edits<'_> {
     let mut edits: Edits = Vec::new();
     let mut pos = 0;
-    while let Some(off) = find(&answer[pos..], "```") {
+    while let Some(off) = find(&answer[pos..], finder!("```")) {
         let start = pos + off;
         let Some((path, search, replace, end)) = block_at(answer, start) else {
             // The next attempt starts one byte on (fences may overlap, as in "````").
@@ -226,19 +241,27 @@ pub fn parse_search_replace(answer: &str) -> Edits<'_> {
 pub fn apply_edits(context: &BTreeMap<String, String>, edits: &Edits) -> Result<BTreeMap<String, String>, String> {
     let mut out = BTreeMap::new();
     for (path, pairs) in edits {
-        let mut content = format!("\n{}", context.get(*path).map_or("", |s| s.as_str()));
+        let mut content = newline_then(context.get(*path).map_or("", |s| s.as_str()));
         for (search, replace) in pairs {
             if search == replace {
                 return Err("Search and replace blocks are identical".to_string());
             }
-            let search = format!("\n{search}");
-            let replace = format!("\n{replace}");
+            let search = newline_then(search);
+            let replace = newline_then(replace);
             content = replace_all(&content, &search, &replace)
                 .ok_or_else(|| format!("Search block not found in the code: {search}"))?;
         }
         out.insert(path.to_string(), content[1..].to_string());
     }
     Ok(out)
+}
+
+/// `"\n" + s`.
+fn newline_then(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 1);
+    out.push('\n');
+    out.push_str(s);
+    out
 }
 
 /// Python's `str.replace(needle, with)` (every non-overlapping occurrence, left to right), or

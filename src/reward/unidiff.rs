@@ -6,6 +6,7 @@
 //! It is only what the reward needs, not a patch library: patch-info lines, modes and
 //! timestamps are recognised (they steer the parser) but not kept.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
@@ -15,19 +16,40 @@ use super::pystr::{py_digit_class, py_int, py_strip};
 
 const DEV_NULL: &str = "/dev/null";
 
+/// A `^`-anchored pattern and the literal text every match starts with: lines without it
+/// skip the regex engine (most lines a parser sees start with none of them).
+struct Anchored {
+    prefix: &'static str,
+    re: Regex,
+}
+
+impl Anchored {
+    fn captures<'t>(&self, line: &'t str) -> Option<regex::Captures<'t>> {
+        if line.starts_with(self.prefix) {
+            self.re.captures(line)
+        } else {
+            None
+        }
+    }
+
+    fn is_match(&self, line: &str) -> bool {
+        line.starts_with(self.prefix) && self.re.is_match(line)
+    }
+}
+
 struct Patterns {
-    git_header: Regex,
-    git_header_uri: Regex,
-    git_header_no_prefix: Regex,
-    deleted_file: Regex,
-    new_file: Regex,
-    old_mode: Regex,
-    new_mode: Regex,
-    index: Regex,
-    source: Regex,
-    target: Regex,
-    hunk_header: Regex,
-    binary: Regex,
+    git_header: Anchored,
+    git_header_uri: Anchored,
+    git_header_no_prefix: Anchored,
+    deleted_file: Anchored,
+    new_file: Anchored,
+    old_mode: Anchored,
+    new_mode: Anchored,
+    index: Anchored,
+    source: Anchored,
+    target: Anchored,
+    hunk_header: Anchored,
+    binary: Anchored,
     file_prefix: Regex,
 }
 
@@ -38,24 +60,30 @@ fn patterns() -> &'static Patterns {
     static P: OnceLock<Patterns> = OnceLock::new();
     P.get_or_init(|| {
         let d = format!("[{}]", py_digit_class());
-        let re = |s: &str| Regex::new(&s.replace("\\d", &d)).expect("static unidiff regex");
+        let re = |prefix: &'static str, s: &str| Anchored {
+            prefix,
+            re: Regex::new(&s.replace("\\d", &d)).expect("static unidiff regex"),
+        };
         Patterns {
-            git_header: re(r#"^diff --git (?P<source>"?a/[^\t\n]+"?) (?P<target>"?b/[^\t\n]+"?)"#),
-            git_header_uri: re(r"^diff --git (?P<source>.*://[^\t\n]+) (?P<target>.*://[^\t\n]+)"),
-            git_header_no_prefix: re(r"^diff --git (?P<source>[^\t\n]+) (?P<target>[^\t\n]+)"),
-            deleted_file: re(r"^deleted file mode \d+$"),
-            new_file: re(r"^new file mode \d+$"),
-            old_mode: re(r"^old mode \d+$"),
-            new_mode: re(r"^new mode \d+$"),
-            index: re(r"^index [0-9a-f]+\.\.[0-9a-f]+ \d+$"),
-            source: re(r#"^--- (?P<filename>"?[^\t\n]*"?)(?:\t(?P<timestamp>[^\n]+))?"#),
-            target: re(r#"^\+\+\+ (?P<filename>"?[^\t\n]*"?)(?:\t(?P<timestamp>[^\n]+))?"#),
-            hunk_header: re(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@[ ]?(.*)"),
-            binary: re(concat!(
-                r"^Binary files? ",
-                r"(?P<source_filename>[^\t]+?)(?:\t(?P<source_timestamp>[\s0-9:\+-]+))?",
-                r"(?: and (?P<target_filename>[^\t]+?)(?:\t(?P<target_timestamp>[\s0-9:\+-]+))?)? (differ|has changed)"
-            )),
+            git_header: re("diff --git ", r#"^diff --git (?P<source>"?a/[^\t\n]+"?) (?P<target>"?b/[^\t\n]+"?)"#),
+            git_header_uri: re("diff --git ", r"^diff --git (?P<source>.*://[^\t\n]+) (?P<target>.*://[^\t\n]+)"),
+            git_header_no_prefix: re("diff --git ", r"^diff --git (?P<source>[^\t\n]+) (?P<target>[^\t\n]+)"),
+            deleted_file: re("deleted file mode ", r"^deleted file mode \d+$"),
+            new_file: re("new file mode ", r"^new file mode \d+$"),
+            old_mode: re("old mode ", r"^old mode \d+$"),
+            new_mode: re("new mode ", r"^new mode \d+$"),
+            index: re("index ", r"^index [0-9a-f]+\.\.[0-9a-f]+ \d+$"),
+            source: re("--- ", r#"^--- (?P<filename>"?[^\t\n]*"?)(?:\t(?P<timestamp>[^\n]+))?"#),
+            target: re("+++ ", r#"^\+\+\+ (?P<filename>"?[^\t\n]*"?)(?:\t(?P<timestamp>[^\n]+))?"#),
+            hunk_header: re("@@ -", r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@[ ]?(.*)"),
+            binary: re(
+                "Binary file",
+                concat!(
+                    r"^Binary files? ",
+                    r"(?P<source_filename>[^\t]+?)(?:\t(?P<source_timestamp>[\s0-9:\+-]+))?",
+                    r"(?: and (?P<target_filename>[^\t]+?)(?:\t(?P<target_timestamp>[\s0-9:\+-]+))?)? (differ|has changed)"
+                ),
+            ),
             file_prefix: Regex::new(r"^[abciow12]/").expect("static regex"),
         }
     })
@@ -65,37 +93,39 @@ fn patterns() -> &'static Patterns {
 #[derive(Debug, PartialEq, Eq)]
 pub struct ParseError(pub &'static str);
 
-struct Hunk {
+struct Hunk<'t> {
     src_start: u128,
     src_len: u128,
     tgt_start: u128,
     tgt_len: u128,
-    section: String,
+    section: &'t str,
     /// `str(line)` of each line: type character followed by the value (which keeps its `\n`).
-    lines: Vec<String>,
+    /// That is the input line itself except for blank lines inside a hunk.
+    lines: Vec<Cow<'t, str>>,
 }
 
-impl Hunk {
-    /// `str(hunk)` as unidiff renders it.
-    fn render(&self) -> String {
-        let mut s = format!("@@ -{},{} +{},{} @@", self.src_start, self.src_len, self.tgt_start, self.tgt_len);
+impl Hunk<'_> {
+    /// `str(hunk)` as unidiff renders it, into `s` (cleared first).
+    fn render(&self, s: &mut String) {
+        use std::fmt::Write as _;
+        s.clear();
+        let _ = write!(s, "@@ -{},{} +{},{} @@", self.src_start, self.src_len, self.tgt_start, self.tgt_len);
         if !self.section.is_empty() {
             s.push(' ');
-            s.push_str(&self.section);
+            s.push_str(self.section);
         }
         s.push('\n');
         for l in &self.lines {
             s.push_str(l);
         }
-        s
     }
 }
 
-struct PatchedFile {
+struct PatchedFile<'t> {
     source: String,
     target: String,
     binary: bool,
-    hunks: Vec<Hunk>,
+    hunks: Vec<Hunk<'t>>,
 }
 
 /// Python `s[2:]`, by code points.
@@ -106,7 +136,7 @@ fn skip2(s: &str) -> &str {
     }
 }
 
-impl PatchedFile {
+impl PatchedFile<'_> {
     fn new(source: &str, target: &str) -> Self {
         PatchedFile { source: source.to_string(), target: target.to_string(), binary: false, hunks: Vec::new() }
     }
@@ -148,7 +178,7 @@ fn without_newline(line: &str) -> &str {
 }
 
 /// `PatchSet(text)`: the parsed files, or the error unidiff would raise.
-fn parse_patchset(text: &str) -> Result<Vec<PatchedFile>, ParseError> {
+fn parse_patchset(text: &str) -> Result<Vec<PatchedFile<'_>>, ParseError> {
     let p = patterns();
     let lines = stringio_lines(text);
     let mut it = lines.into_iter();
@@ -232,7 +262,7 @@ fn parse_patchset(text: &str) -> Result<Vec<PatchedFile>, ParseError> {
                 src_len: num(2, 1)?,
                 tgt_start: num(3, 0)?,
                 tgt_len: num(4, 1)?,
-                section: c.get(5).map_or("", |m| m.as_str()).to_string(),
+                section: c.get(5).map_or("", |m| m.as_str()),
                 lines: Vec::new(),
             };
             let hunk = parse_hunk(hunk, &mut it)?;
@@ -246,13 +276,13 @@ fn parse_patchset(text: &str) -> Result<Vec<PatchedFile>, ParseError> {
             let Some(h) = files[f].hunks.last_mut() else {
                 return Err(ParseError("Unexpected marker"));
             };
-            h.lines.push("\\ No newline at end of file\n".to_string());
+            h.lines.push(Cow::Borrowed("\\ No newline at end of file\n"));
             continue;
         }
         if line == "\n" {
             if let Some(f) = current {
                 if let Some(h) = files[f].hunks.last_mut() {
-                    h.lines.push("\n".to_string());
+                    h.lines.push(Cow::Borrowed("\n"));
                     continue;
                 }
             }
@@ -292,20 +322,21 @@ fn parse_patchset(text: &str) -> Result<Vec<PatchedFile>, ParseError> {
 
 /// `PatchedFile._parse_hunk`: consumes lines from the shared iterator until the header's
 /// line counts are met; the completeness check runs only after a line has been read.
-fn parse_hunk<'t>(mut hunk: Hunk, it: &mut impl Iterator<Item = &'t str>) -> Result<Hunk, ParseError> {
+fn parse_hunk<'t>(mut hunk: Hunk<'t>, it: &mut impl Iterator<Item = &'t str>) -> Result<Hunk<'t>, ParseError> {
     let mut src = hunk.src_start;
     let mut tgt = hunk.tgt_start;
     let exp_src = hunk.src_start.checked_add(hunk.src_len).ok_or(ParseError("hunk number out of range"))?;
     let exp_tgt = hunk.tgt_start.checked_add(hunk.tgt_len).ok_or(ParseError("hunk number out of range"))?;
     for line in it.by_ref() {
         let first = line.chars().next();
-        let (kind, value): (char, &str) = match first {
-            Some(c @ ('-' | ' ' | '+' | '\\')) => (c, &line[1..]),
+        // `str(line)` is the type character and the value: the line itself, but for blank ones.
+        let (kind, rendered): (char, Cow<'t, str>) = match first {
+            Some(c @ ('-' | ' ' | '+' | '\\')) => (c, Cow::Borrowed(line)),
             Some('\r' | '\n') => {
                 // RE_HUNK_EMPTY_BODY_LINE: an empty type and 1-2 leading CR/LF characters;
                 // the rest of such a line is dropped. The empty type counts as context.
                 let n = line.bytes().take(2).take_while(|b| *b == b'\r' || *b == b'\n').count();
-                (' ', &line[..n])
+                (' ', Cow::Owned(format!(" {}", &line[..n])))
             }
             _ => return Err(ParseError("Hunk diff line expected")),
         };
@@ -321,10 +352,7 @@ fn parse_hunk<'t>(mut hunk: Hunk, it: &mut impl Iterator<Item = &'t str>) -> Res
         if src > exp_src || tgt > exp_tgt {
             return Err(ParseError("Hunk is longer than expected"));
         }
-        let mut s = String::with_capacity(value.len() + 1);
-        s.push(kind);
-        s.push_str(value);
-        hunk.lines.push(s);
+        hunk.lines.push(rendered);
         if src == exp_src && tgt == exp_tgt {
             break;
         }
@@ -342,6 +370,7 @@ pub fn filelevel_diff(patch_text: &str) -> BTreeMap<String, String> {
     let Ok(files) = parse_patchset(patch_text) else {
         return out;
     };
+    let mut hunk = String::new();
     for f in &files {
         if f.binary {
             continue;
@@ -353,8 +382,16 @@ pub fn filelevel_diff(patch_text: &str) -> BTreeMap<String, String> {
         } else {
             (String::new(), f.path())
         };
-        let body: Vec<String> = f.hunks.iter().map(|h| py_strip(&h.render()).to_string()).collect();
-        let content = format!("{header}\n{}", body.join("\n"));
+        // `"\n".join([header] + [str(h).strip() for h in hunks]).strip()`
+        let mut content = header;
+        for h in &f.hunks {
+            h.render(&mut hunk);
+            content.push('\n');
+            content.push_str(py_strip(&hunk));
+        }
+        if f.hunks.is_empty() {
+            content.push('\n');
+        }
         out.insert(path, py_strip(&content).to_string());
     }
     out
@@ -406,6 +443,31 @@ mod tests {
         assert!(filelevel_diff("hello\nworld\n").is_empty());
         // A malformed header line is patch info, not a hunk: the file has no hunks.
         assert_eq!(filelevel_diff("--- a/x\n+++ b/x\n@@ --1 +1 @@\n-a\n+b\n")["x"], "");
+    }
+
+    /// A prefilter literal that disagreed with its regex would silently drop header lines.
+    #[test]
+    fn prefilters_pass_the_lines_their_regexes_match() {
+        let p = patterns();
+        let cases: [(&Anchored, &str); 12] = [
+            (&p.git_header, "diff --git a/x.py b/x.py"),
+            (&p.git_header_uri, "diff --git s3://b/x s3://b/y"),
+            (&p.git_header_no_prefix, "diff --git x.py y.py"),
+            (&p.deleted_file, "deleted file mode 100644"),
+            (&p.new_file, "new file mode 100644"),
+            (&p.old_mode, "old mode 100644"),
+            (&p.new_mode, "new mode 100755"),
+            (&p.index, "index 1234567..89abcde 100644"),
+            (&p.source, "--- a/x.py\t2020-01-01 00:00:00"),
+            (&p.target, "+++ b/x.py"),
+            (&p.hunk_header, "@@ -1,2 +3 @@ def f():"),
+            (&p.binary, "Binary files a/x.png and b/x.png differ"),
+        ];
+        for (pattern, line) in cases {
+            assert!(pattern.re.is_match(line), "regex rejects {line:?}");
+            assert!(pattern.is_match(line) && pattern.captures(line).is_some(), "prefilter rejects {line:?}");
+            assert!(!pattern.is_match(&format!(" {line}")), "anchored pattern matched mid-line: {line:?}");
+        }
     }
 
     #[test]
