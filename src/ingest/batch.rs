@@ -110,7 +110,10 @@ pub static REJECTED_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
 
 /// Columns whose values are mostly unique long text: no dictionary, no page statistics.
 pub const LONG_TEXT_COLUMNS: &[&str] =
-    &["id", "payload", "body", "title", "comment_body", "push_commit_messages", "push_commit_shas"];
+    &["id", "body", "title", "comment_body", "push_commit_messages", "push_commit_shas"];
+
+/// Long text that often repeats (see [`crate::lake::writer_properties`]).
+pub const REPEATED_TEXT_COLUMNS: &[&str] = &["payload"];
 
 macro_rules! builders {
     ($($name:ident : $ty:ty),* $(,)?) => {

@@ -32,7 +32,7 @@ use crate::lake::{writer_properties, Lake, StagedFile, TableWriter};
 use crate::progress;
 use batch::{
     EventsBuilder, RejectedBuilder, EVENTS, EVENTS_REJECTED, EVENTS_SCHEMA, EVENT_DATE, LONG_TEXT_COLUMNS,
-    REJECTED_SCHEMA,
+    REJECTED_SCHEMA, REPEATED_TEXT_COLUMNS,
 };
 use event::{parse_line, Rejection};
 use reader::{Compression, Line, LineReader};
@@ -340,7 +340,7 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
         &s.key,
         &EVENTS_SCHEMA,
         Some(EVENT_DATE),
-        writer_properties(LONG_TEXT_COLUMNS, opts.compression),
+        writer_properties(LONG_TEXT_COLUMNS, REPEATED_TEXT_COLUMNS, opts.compression),
     )?;
     let mut rejected_writer = TableWriter::new(
         lake,
@@ -348,7 +348,7 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
         &s.key,
         &REJECTED_SCHEMA,
         None,
-        writer_properties(&["raw"], opts.compression),
+        writer_properties(&["raw"], &[], opts.compression),
     )?;
     let mut builder = EventsBuilder::new(opts.batch_rows);
     let mut rejected = RejectedBuilder::default();

@@ -342,7 +342,7 @@ async fn write_partitions(
         bail!("the SQL result has no partition column `{pk}`");
     }
     let mut table = lake.ensure_table(output, &schema, &[pk]).await?;
-    let mut writer = TableWriter::new(lake, output, "", &schema, Some(pk), writer_properties(&[], Codec::Zstd))?
+    let mut writer = TableWriter::new(lake, output, "", &schema, Some(pk), writer_properties(&[], &[], Codec::Zstd))?
         .keyed_by_partition();
     let mut stream = result.execute_stream().await?;
     let mut rows = 0u64;

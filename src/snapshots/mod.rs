@@ -387,7 +387,8 @@ async fn append_batch(lake: &Lake, table: &str, batch: &RecordBatch, long_text: 
     }
     let mut t = lake.ensure_table(table, &batch.schema(), &[]).await?;
     let key = format!("{}", uuid::Uuid::new_v4().simple());
-    let mut w = TableWriter::new(lake, table, &key, &batch.schema(), None, writer_properties(long_text, Codec::Zstd))?;
+    let mut w =
+        TableWriter::new(lake, table, &key, &batch.schema(), None, writer_properties(long_text, &[], Codec::Zstd))?;
     w.write(batch)?;
     let files = w.finish()?;
     lake.replace_key(&mut t, &key, files, "append".into(), HashMap::new()).await?;
