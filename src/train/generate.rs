@@ -2,7 +2,7 @@
 //! cache, G completions of one prompt decoded together as one batch, reproducible from a seed.
 
 use anyhow::{bail, Result};
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor};
 
 use super::model::{KvCache, Model};
 
@@ -148,8 +148,7 @@ pub fn sample_group(
 
 /// Log-probabilities of `targets` [B, T] under `logits` [B, T, V], as [B, T].
 pub fn gather_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {
-    let lp = super::model::log_softmax(logits)?;
-    Ok(lp.gather(&targets.unsqueeze(D::Minus1)?, D::Minus1)?.squeeze(D::Minus1)?)
+    super::fused::target_logprobs(logits, targets)
 }
 
 #[cfg(test)]

@@ -7,12 +7,14 @@
 //! - [`grpo`]: group advantages and the clipped objective with KL.
 //! - [`optim`]: AdamW, clipping, warm-up + cosine.
 //! - [`data`]: seed shards and rollout tables in Parquet.
+//! - [`fused`]: fused CPU kernels for the head's log-probabilities and entropy.
 //! - [`trainer`]: the training loop, checkpoints, metrics; [`eval`]: held-out evaluation.
 
 pub mod bench;
 pub mod commands;
 pub mod data;
 pub mod eval;
+pub mod fused;
 pub mod generate;
 pub mod grpo;
 pub mod lazy;

@@ -15,12 +15,12 @@ use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch};
-use candle_core::{DType, Tensor, D};
+use candle_core::{DType, Tensor};
 
 use super::data::Rollout;
 use super::generate::{gather_logprobs, sample_group, Rng, Sampling};
 use super::grpo::{group_advantages, loss, LossStats, Objective, StepNorm};
-use super::model::{log_softmax, Model};
+use super::model::Model;
 use super::optim::{AdamW, OptimConfig};
 use super::Policy;
 
@@ -259,8 +259,7 @@ impl Trainer {
                 None => None,
             };
             let (l, st) = loss(&self.cfg.objective, &logp, &old, reference.as_ref(), &mb.adv, &mb.mask, norm)?;
-            let lp_all = log_softmax(&logits.detach())?;
-            let ent = (lp_all.exp()? * &lp_all)?.sum(D::Minus1)?.neg()?;
+            let ent = super::fused::entropy(&logits)?;
             entropy_sum += scalar(&(ent * &mb.mask)?.sum_all()?)?;
             loss_sum += scalar(&l)?;
             stats.add(&st);
