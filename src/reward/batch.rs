@@ -154,32 +154,32 @@ pub fn score_stream(
 ) -> anyhow::Result<BatchSummary> {
     let mut summary = BatchSummary::default();
     let mut input = input;
-    let mut chunk: Vec<(usize, String)> = Vec::with_capacity(CHUNK_LINES);
+    // One buffer holds a whole chunk of lines (kept between chunks): no allocation per line.
+    let mut block = String::new();
+    let mut chunk: Vec<(usize, std::ops::Range<usize>)> = Vec::with_capacity(CHUNK_LINES);
     let mut line_number = 0usize;
-    // Cases are lines of several KB: reading each into a buffer sized like the last one
-    // avoids growing every line from empty (a measurable share of `bench reward`).
-    let mut line = String::new();
     loop {
         chunk.clear();
+        block.clear();
         loop {
-            line.clear();
             line_number += 1;
-            let n = input.read_line(&mut line).with_context(|| format!("reading input line {line_number}"))?;
+            let start = block.len();
+            let n = input.read_line(&mut block).with_context(|| format!("reading input line {line_number}"))?;
             if n == 0 {
                 break;
             }
-            if line.trim().is_empty() {
+            let mut end = block.len();
+            if block[start..end].trim().is_empty() {
+                block.truncate(start);
                 continue;
             }
-            let next = String::with_capacity(line.capacity());
-            let mut full = std::mem::replace(&mut line, next);
-            if full.ends_with('\n') {
-                full.pop();
-                if full.ends_with('\r') {
-                    full.pop();
+            if block[start..end].ends_with('\n') {
+                end -= 1;
+                if block[start..end].ends_with('\r') {
+                    end -= 1;
                 }
             }
-            chunk.push((line_number, full));
+            chunk.push((line_number, start..end));
             if chunk.len() == CHUNK_LINES {
                 break;
             }
@@ -188,7 +188,7 @@ pub fn score_stream(
             break;
         }
         let results: Vec<(String, bool)> =
-            pool.install(|| chunk.par_iter().map(|(n, line)| score_line(line, *n)).collect());
+            pool.install(|| chunk.par_iter().map(|(n, r)| score_line(&block[r.clone()], *n)).collect());
         for (value, ok) in results {
             summary.lines += 1;
             if ok {
