@@ -165,6 +165,13 @@ fn slices<'a, T: 'static>(s: &'a [T], l: &Layout) -> candle_core::Result<&'a [T]
     }
 }
 
+fn targets<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a [u32]> {
+    match s {
+        CpuStorage::U32(t) => slices(t, l),
+        _ => candle_core::bail!("{op}: targets must be u32"),
+    }
+}
+
 /// Log-probability of each row's target: logits [N, V] (f32/f64), targets [N] (u32) → [N].
 struct TargetLogprob;
 
@@ -196,10 +203,7 @@ impl CustomOp2 for TargetLogprob {
         l2: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (n, v) = l1.shape().dims2()?;
-        let t = match s2 {
-            CpuStorage::U32(t) => slices(t, l2)?,
-            _ => candle_core::bail!("target-logprob: targets must be u32"),
-        };
+        let t = targets(s2, l2, self.name())?;
         let out = match s1 {
             CpuStorage::F32(x) => CpuStorage::F32(logprob_rows(slices(x, l1)?, t, v)?),
             CpuStorage::F64(x) => CpuStorage::F64(logprob_rows(slices(x, l1)?, t, v)?),
@@ -257,10 +261,7 @@ impl CustomOp3 for TargetLogprobGrad {
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
         let (_, v) = l1.shape().dims2()?;
-        let t = match s2 {
-            CpuStorage::U32(t) => slices(t, l2)?,
-            _ => candle_core::bail!("target-logprob-grad: targets must be u32"),
-        };
+        let t = targets(s2, l2, self.name())?;
         let out = match (s1, s3) {
             (CpuStorage::F32(x), CpuStorage::F32(g)) => {
                 CpuStorage::F32(logprob_grad_rows(slices(x, l1)?, t, slices(g, l3)?, v))
