@@ -318,6 +318,17 @@ pub fn unidiff_reward(oracle_patches: &[String], pred_patches: &[String]) -> Rew
     Reward { reward: mean(&similarities), similarities, format_error: None }
 }
 
+/// A small deterministic generator for the randomised equivalence tests.
+#[cfg(test)]
+pub(crate) fn xorshift(mut seed: u64) -> impl FnMut() -> u64 {
+    move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -356,19 +367,13 @@ mod tests {
             "=======",
             "é\r",
         ];
-        let mut seed = 0x9e3779b97f4a7c15u64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = xorshift(0x9e3779b97f4a7c15);
         let well_formed = "```python\n### a.py\n<<<<<<< SEARCH\nx = 1\n=======\ny\n>>>>>>> REPLACE\n```";
         for round in 0..20_000 {
             let mut text = String::new();
             let n = 1 + next() % 14;
             for _ in 0..n {
-                if next() % 5 == 0 {
+                if next().is_multiple_of(5) {
                     text.push_str(well_formed);
                 } else {
                     text.push_str(pieces[(next() % pieces.len() as u64) as usize]);

@@ -482,20 +482,14 @@ mod tests {
         let p = patterns();
         let pieces =
             ["@@ -", "@@", " +", "+", ",", " @@", " ", "1", "23", "\u{663}", "x", "\n", "\r", "é", "-", "@@ -1 +1 @@"];
-        let mut seed = 0x2545f4914f6cdd1du64;
-        let mut next = || {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed
-        };
+        let mut next = super::super::xorshift(0x2545f4914f6cdd1d);
         let mut matched = 0;
         for round in 0..50_000 {
             let mut line = String::new();
             for _ in 0..1 + next() % 12 {
                 line.push_str(pieces[(next() % pieces.len() as u64) as usize]);
             }
-            if next() % 2 == 0 {
+            if next().is_multiple_of(2) {
                 line = format!("@@ -{line}");
             }
             let want = p.hunk_header.re.captures(&line).map(|c| {
