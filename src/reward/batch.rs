@@ -133,6 +133,18 @@ pub fn score_line(line: &str, line_number: usize) -> (String, bool) {
     }
 }
 
+/// [`score_line`] for a line as read: bytes that are not UTF-8 get an error row.
+pub fn score_bytes(line: &[u8], line_number: usize) -> (String, bool) {
+    match std::str::from_utf8(line) {
+        Ok(text) => score_line(text, line_number),
+        Err(e) => {
+            let f =
+                Failed { id: RawValue::NULL, line: line_number, reward: None, error: format!("invalid UTF-8: {e}") };
+            (serde_json::to_string(&f).expect("plain data serialises"), false)
+        }
+    }
+}
+
 /// Totals of a batch run.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct BatchSummary {
@@ -155,7 +167,8 @@ pub fn score_stream(
     let mut summary = BatchSummary::default();
     let mut input = input;
     // One buffer holds a whole chunk of lines (kept between chunks): no allocation per line.
-    let mut block = String::new();
+    // Bytes, not a String: a line that is not UTF-8 becomes an error row, not the batch's end.
+    let mut block: Vec<u8> = Vec::new();
     let mut chunk: Vec<(usize, std::ops::Range<usize>)> = Vec::with_capacity(CHUNK_LINES);
     let mut line_number = 0usize;
     loop {
@@ -164,18 +177,18 @@ pub fn score_stream(
         loop {
             line_number += 1;
             let start = block.len();
-            let n = input.read_line(&mut block).with_context(|| format!("reading input line {line_number}"))?;
+            let n = input.read_until(b'\n', &mut block).with_context(|| format!("reading input line {line_number}"))?;
             if n == 0 {
                 break;
             }
             let mut end = block.len();
-            if block[start..end].trim().is_empty() {
+            if block[start..end].trim_ascii().is_empty() {
                 block.truncate(start);
                 continue;
             }
-            if block[start..end].ends_with('\n') {
+            if block[start..end].ends_with(b"\n") {
                 end -= 1;
-                if block[start..end].ends_with('\r') {
+                if block[start..end].ends_with(b"\r") {
                     end -= 1;
                 }
             }
@@ -188,7 +201,7 @@ pub fn score_stream(
             break;
         }
         let results: Vec<(String, bool)> =
-            pool.install(|| chunk.par_iter().map(|(n, r)| score_line(&block[r.clone()], *n)).collect());
+            pool.install(|| chunk.par_iter().map(|(n, r)| score_bytes(&block[r.clone()], *n)).collect());
         for (value, ok) in results {
             summary.lines += 1;
             if ok {
@@ -231,5 +244,27 @@ mod tests {
         assert!(rows[2]["reward"].is_null());
         assert_eq!(rows[3]["reward"], -1.0);
         assert_eq!(rows[3]["format_error"], "count of <think> is not 1");
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_an_error_row_and_the_batch_goes_on() {
+        let mut input = b"{\"id\":\"a\",\"kind\":\"unidiff\",\"oracle_patches\":[],\"pred_patches\":[]}\n".to_vec();
+        input.extend_from_slice(
+            b"{\"id\":\"b\",\"kind\":\"unidiff\",\"oracle_patches\":[\"\xff\xfe\"],\"pred_patches\":[]}\r\n",
+        );
+        input.extend_from_slice(b"{\"id\":\"c\",\"kind\":\"unidiff\",\"oracle_patches\":[],\"pred_patches\":[]}");
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(1).build().unwrap();
+        let mut out = Vec::new();
+        let s = score_stream(&input[..], &mut out, &pool).unwrap();
+        assert_eq!(s, BatchSummary { lines: 3, scored: 2, errors: 1 });
+        let rows: Vec<Value> =
+            String::from_utf8(out).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(rows[0]["id"], "a");
+        assert_eq!(rows[1]["line"], 2);
+        assert!(rows[1]["reward"].is_null());
+        assert!(rows[1]["error"].as_str().unwrap().starts_with("invalid UTF-8"), "{}", rows[1]);
+        assert_eq!(rows[2]["id"], "c");
+        assert_eq!(rows[2]["reward"], 1.0);
     }
 }
