@@ -41,9 +41,9 @@ pub fn entropy(logits: &Tensor) -> Result<Tensor> {
 
 /// Below this many elements one thread does it all: handing work to the pool costs more than
 /// the work (the tiny model's logits).
-const PARALLEL_FROM: usize = 1 << 16;
+pub(super) const PARALLEL_FROM: usize = 1 << 16;
 
-fn fusable(t: &Tensor) -> bool {
+pub(super) fn fusable(t: &Tensor) -> bool {
     t.device().is_cpu() && matches!(t.dtype(), DType::F32 | DType::F64) && t.rank() >= 1
 }
 
@@ -136,7 +136,7 @@ impl Float for f32 {
 /// degree-6 polynomial for e^r, and 2^n put into the exponent bits. Underflows to ~0 below
 /// -87 (where e^x is below f32's normal range, irrelevant next to the row's 1).
 #[inline(always)]
-fn exp_f32(x: f32) -> f32 {
+pub(super) fn exp_f32(x: f32) -> f32 {
     let x = x.max(-87.0);
     let n = (x * std::f32::consts::LOG2_E).round();
     // ln2 split in two so that n·ln2 is exact enough (Cody-Waite).
@@ -158,7 +158,7 @@ fn max_and_lse<T: Float>(row: &[T]) -> (T, f64) {
     (m, m.to_f64() + s.ln())
 }
 
-fn slices<'a, T: 'static>(s: &'a [T], l: &Layout) -> candle_core::Result<&'a [T]> {
+pub(super) fn slices<'a, T: 'static>(s: &'a [T], l: &Layout) -> candle_core::Result<&'a [T]> {
     match l.contiguous_offsets() {
         Some((a, b)) => Ok(&s[a..b]),
         None => candle_core::bail!("fused head kernels need contiguous inputs"),

@@ -7,7 +7,8 @@
 //! - [`grpo`]: group advantages and the clipped objective with KL.
 //! - [`optim`]: AdamW, clipping, warm-up + cosine.
 //! - [`data`]: seed shards and rollout tables in Parquet.
-//! - [`fused`]: fused CPU kernels for the head's log-probabilities and entropy.
+//! - [`fused`]: fused CPU kernels for the head's log-probabilities and entropy;
+//!   [`layers`]: for RMSNorm, RoPE, the causal softmax and SwiGLU.
 //! - [`trainer`]: the training loop, checkpoints, metrics; [`eval`]: held-out evaluation.
 
 pub mod bench;
@@ -17,6 +18,7 @@ pub mod eval;
 pub mod fused;
 pub mod generate;
 pub mod grpo;
+pub mod layers;
 pub mod lazy;
 pub mod model;
 pub mod optim;

@@ -3,18 +3,21 @@
 //! `softmax_last_dim`, `rope*`, sdpa — record no gradient and raise no error; a model built
 //! on them trains nothing upstream of them. See DESIGN.md §7.)
 //!
-//! RMSNorm is `x / sqrt(mean(x²) + eps) * w`; attention is grouped-query with an explicit
-//! causal mask and a softmax written as `exp(x - max) / sum` (the max is detached: it only
-//! shifts, so the gradient is exact); the MLP is SwiGLU; the output head is tied to the
-//! embedding. RoPE rotates adjacent pairs of each head's features, which is the layout of
-//! the Q/K weights in GGUF files (llama.cpp permutes Hugging Face's half-split layout into
-//! it), so GGUF weights load unchanged.
+//! RMSNorm is `x / sqrt(mean(x²) + eps) * w`; attention is grouped-query with a causal
+//! softmax; the MLP is SwiGLU; the output head is tied to the embedding. RoPE rotates adjacent
+//! pairs of each head's features, which is the layout of the Q/K weights in GGUF files
+//! (llama.cpp permutes Hugging Face's half-split layout into it), so GGUF weights load
+//! unchanged. On the CPU these four run as fused kernels with their own backward
+//! ([`super::layers`]); elsewhere as the composed expressions, which the kernels are tested
+//! against.
 
 use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Device, Tensor, Var, D};
+
+use super::layers;
 
 /// Model dimensions.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -333,22 +336,7 @@ impl Model {
     }
 
     fn rms_norm(&self, x: &Tensor, w: &Var) -> Result<Tensor> {
-        let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
-        let inv = (ms + self.cfg.eps)?.sqrt()?.recip()?;
-        Ok(x.broadcast_mul(&inv)?.broadcast_mul(w.as_tensor())?)
-    }
-
-    /// Rotates adjacent feature pairs of `x` [B, H, T, hd] for positions start..start+T.
-    fn rope(&self, x: &Tensor, start: usize) -> Result<Tensor> {
-        let (b, h, t, hd) = x.dims4()?;
-        let cos = self.cos.narrow(0, start, t)?.reshape((1, 1, t, hd / 2))?;
-        let sin = self.sin.narrow(0, start, t)?.reshape((1, 1, t, hd / 2))?;
-        let pairs = x.reshape((b, h, t, hd / 2, 2))?;
-        let x0 = pairs.narrow(4, 0, 1)?.squeeze(4)?;
-        let x1 = pairs.narrow(4, 1, 1)?.squeeze(4)?;
-        let r0 = (x0.broadcast_mul(&cos)? - x1.broadcast_mul(&sin)?)?;
-        let r1 = (x0.broadcast_mul(&sin)? + x1.broadcast_mul(&cos)?)?;
-        Ok(Tensor::stack(&[r0, r1], 4)?.reshape((b, h, t, hd))?)
+        layers::rms_norm(x, w.as_tensor(), self.cfg.eps)
     }
 
     fn attention(
@@ -360,12 +348,11 @@ impl Model {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (h, kvh, hd) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
-        let proj = |w: &Var, heads: usize| -> Result<Tensor> {
-            Ok(x.broadcast_matmul(&w.as_tensor().t()?)?.reshape((b, t, heads, hd))?.transpose(1, 2)?.contiguous()?)
-        };
-        let q = self.rope(&proj(&blk.wq, h)?, start)?;
-        let mut k = self.rope(&proj(&blk.wk, kvh)?, start)?;
-        let mut v = proj(&blk.wv, kvh)?;
+        // [B, T, heads, hd]; RoPE moves the heads in front of the positions.
+        let proj = |w: &Var, heads: usize| -> Result<Tensor> { Ok(linear(x, w)?.reshape((b, t, heads, hd))?) };
+        let q = layers::rope_heads(&proj(&blk.wq, h)?, &self.cos, &self.sin, start)?;
+        let mut k = layers::rope_heads(&proj(&blk.wk, kvh)?, &self.cos, &self.sin, start)?;
+        let mut v = proj(&blk.wv, kvh)?.transpose(1, 2)?.contiguous()?;
         if let Some(c) = cache {
             if let Some((pk, pv)) = c.as_ref() {
                 k = Tensor::cat(&[pk, &k], 2)?;
@@ -373,30 +360,21 @@ impl Model {
             }
             *c = Some((k.clone(), v.clone()));
         }
-        let s = k.dim(2)?;
+        // Grouped-query attention without copying keys and values per query head: the `rep`
+        // query heads that share a key/value head are stacked as rep·T rows against it.
         let rep = h / kvh;
-        let expand = |z: &Tensor| -> Result<Tensor> {
-            Ok(z.unsqueeze(2)?.broadcast_as((b, kvh, rep, s, hd))?.reshape((b, h, s, hd))?)
-        };
-        let (k, v) = (expand(&k)?, expand(&v)?);
-        let scores = (q.matmul(&k.t()?)? / (hd as f64).sqrt())?;
-        // Query i (absolute position start+i) sees keys 0..=start+i.
-        let mask: Vec<f32> =
-            (0..t).flat_map(|i| (0..s).map(move |j| if j <= start + i { 0.0 } else { -1e9 })).collect();
-        let mask = Tensor::from_vec(mask, (t, s), &self.device)?.to_dtype(self.dtype)?;
-        let scores = scores.broadcast_add(&mask)?;
-        let max = scores.max_keepdim(D::Minus1)?.detach();
-        let e = scores.broadcast_sub(&max)?.exp()?;
-        let p = e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?;
-        let out = p.matmul(&v)?.transpose(1, 2)?.reshape((b, t, h * hd))?;
-        Ok(out.broadcast_matmul(&blk.wo.as_tensor().t()?)?)
+        let q = q.reshape((b, kvh, rep * t, hd))?;
+        let scores = q.matmul(&k.t()?)?;
+        let p = layers::causal_softmax(&scores, t, start, 1.0 / (hd as f64).sqrt())?;
+        let out = p.matmul(&v)?.reshape((b, h, t, hd))?.transpose(1, 2)?.reshape((b, t, h * hd))?;
+        linear(&out, &blk.wo)
     }
 
     fn mlp(&self, blk: &Block, x: &Tensor) -> Result<Tensor> {
-        let gate = x.broadcast_matmul(&blk.w_gate.as_tensor().t()?)?;
-        let up = x.broadcast_matmul(&blk.w_up.as_tensor().t()?)?;
-        let act = (gate.silu()? * up)?;
-        Ok(act.broadcast_matmul(&blk.w_down.as_tensor().t()?)?)
+        let gate = linear(x, &blk.w_gate)?;
+        let up = linear(x, &blk.w_up)?;
+        let act = layers::swiglu(&gate, &up)?;
+        linear(&act, &blk.w_down)
     }
 
     /// Logits [B, T, vocab] of `tokens` [B, T] (u32) at positions start..start+T.
@@ -408,7 +386,7 @@ impl Model {
     /// [`Model::hidden`] so that training computes logits only where there are completion
     /// tokens: with a 49k vocabulary the head's output dwarfs everything else.
     pub fn head(&self, hidden: &Tensor) -> Result<Tensor> {
-        Ok(hidden.broadcast_matmul(&self.embed.as_tensor().t()?)?)
+        linear(hidden, &self.embed)
     }
 
     /// Final (normalised) hidden states [B, T, dim] of `tokens` [B, T].
@@ -430,6 +408,19 @@ impl Model {
         }
         self.rms_norm(&x, &self.norm)
     }
+}
+
+/// `x · wᵀ` for x [.., in] and w [out, in], as one 2-D matmul over all leading positions.
+/// (`broadcast_matmul` would broadcast w over the batch, and its backward would materialise
+/// one weight-sized gradient per batch row before summing them.)
+fn linear(x: &Tensor, w: &Var) -> Result<Tensor> {
+    let dims = x.dims();
+    let (inner, lead) = (dims[dims.len() - 1], &dims[..dims.len() - 1]);
+    let rows: usize = lead.iter().product();
+    let y = x.reshape((rows, inner))?.matmul(&w.as_tensor().t()?)?;
+    let mut out = lead.to_vec();
+    out.push(w.dim(0)?);
+    Ok(y.reshape(out)?)
 }
 
 /// `log_softmax` along the last dimension, from differentiable operations.

@@ -1,0 +1,802 @@
+//! Fused CPU kernels, each with its own backward, for the transformer block: RMSNorm, RoPE
+//! (with the move of heads in front of positions), the causal softmax of attention and SwiGLU.
+//!
+//! Composed from tensor primitives each of these is 5–10 operations forward and more backward,
+//! every one a full pass over an activation with a fresh allocation, and candle's backward adds
+//! a zero-filled buffer and an addition per edge of the graph. In a SmolLM2-shaped step that
+//! was as much time as the matmuls (perf, `swelake bench train`). Here a row is read while it is
+//! in cache and the gradient is written once. Other devices (CUDA) and other dtypes keep the
+//! composed expressions, which the tests use as the reference for values and gradients.
+//!
+//! Reductions across rows (RMSNorm's weight gradient) are summed in fixed blocks and in block
+//! order, so a step gives the same bits whatever the thread count or scheduling.
+
+use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
+
+use anyhow::Result;
+use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor, D};
+use rayon::prelude::*;
+
+use super::fused::{exp_f32, fusable, slices, PARALLEL_FROM};
+
+/// The element types of the kernels.
+trait Real:
+    Copy
+    + Send
+    + Sync
+    + PartialOrd
+    + Add<Output = Self>
+    + Sub<Output = Self>
+    + Mul<Output = Self>
+    + Div<Output = Self>
+    + Neg<Output = Self>
+    + AddAssign
+    + MulAssign
+    + 'static
+{
+    const ZERO: Self;
+    const ONE: Self;
+    fn of(x: f64) -> Self;
+    fn sqrt(self) -> Self;
+    /// `e^x` for x <= 0.
+    fn exp_nonpos(self) -> Self;
+    fn data(s: &CpuStorage) -> Option<&[Self]>;
+    fn storage(v: Vec<Self>) -> CpuStorage;
+}
+
+impl Real for f32 {
+    const ZERO: f32 = 0.0;
+    const ONE: f32 = 1.0;
+    fn of(x: f64) -> f32 {
+        x as f32
+    }
+    fn sqrt(self) -> f32 {
+        f32::sqrt(self)
+    }
+    #[inline(always)]
+    fn exp_nonpos(self) -> f32 {
+        exp_f32(self)
+    }
+    fn data(s: &CpuStorage) -> Option<&[f32]> {
+        match s {
+            CpuStorage::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn storage(v: Vec<f32>) -> CpuStorage {
+        CpuStorage::F32(v)
+    }
+}
+
+impl Real for f64 {
+    const ZERO: f64 = 0.0;
+    const ONE: f64 = 1.0;
+    fn of(x: f64) -> f64 {
+        x
+    }
+    fn sqrt(self) -> f64 {
+        f64::sqrt(self)
+    }
+    fn exp_nonpos(self) -> f64 {
+        self.exp()
+    }
+    fn data(s: &CpuStorage) -> Option<&[f64]> {
+        match s {
+            CpuStorage::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn storage(v: Vec<f64>) -> CpuStorage {
+        CpuStorage::F64(v)
+    }
+}
+
+fn input<'a, T: Real>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
+    match T::data(s) {
+        Some(v) => slices(v, l),
+        None => candle_core::bail!("{op}: all inputs must have the first input's dtype (f32 or f64)"),
+    }
+}
+
+/// Runs `$body` with `$t` bound to the element type of `$s`.
+macro_rules! by_dtype {
+    ($s:expr, $op:expr, $t:ident => $body:expr) => {
+        match $s {
+            CpuStorage::F32(_) => {
+                type $t = f32;
+                $body
+            }
+            CpuStorage::F64(_) => {
+                type $t = f64;
+                $body
+            }
+            _ => candle_core::bail!("{}: f32 or f64 only", $op),
+        }
+    };
+}
+
+/// Calls `f(row index, row)` for every `width`-long row of `out`, on the pool when it is big.
+fn each_row<T: Send, F: Fn(usize, &mut [T]) + Sync + Send>(out: &mut [T], width: usize, f: F) {
+    if out.len() < PARALLEL_FROM {
+        out.chunks_mut(width).enumerate().for_each(|(i, r)| f(i, r));
+    } else {
+        out.par_chunks_mut(width).enumerate().for_each(|(i, r)| f(i, r));
+    }
+}
+
+const LANES: usize = 16;
+
+/// Σ a·b with 16 partial sums, so that the loop vectorises.
+#[inline(always)]
+fn dot<T: Real>(a: &[T], b: &[T]) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let (ca, cb) = (a.chunks_exact(LANES), b.chunks_exact(LANES));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s = T::ZERO;
+    for (&x, &y) in ra.iter().zip(rb) {
+        s += x * y;
+    }
+    acc.iter().fold(s, |s, &v| s + v)
+}
+
+// ---------------------------------------------------------------------------------------------
+// RMSNorm: y = x · r · w with r = 1/√(mean(x²) + eps), over the last dimension.
+
+/// RMSNorm of `x` [.., D] with weight `w` [D].
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {
+    if !fusable(x) {
+        let ms = x.sqr()?.mean_keepdim(D::Minus1)?;
+        let inv = (ms + eps)?.sqrt()?.recip()?;
+        return Ok(x.broadcast_mul(&inv)?.broadcast_mul(w)?);
+    }
+    let shape = x.shape().clone();
+    let d = x.dim(D::Minus1)?;
+    let x = x.contiguous()?.reshape((x.elem_count() / d.max(1), d))?;
+    Ok(x.apply_op2(&w.contiguous()?, RmsNorm { eps })?.reshape(shape)?)
+}
+
+#[derive(Clone, Copy)]
+struct RmsNorm {
+    eps: f64,
+}
+
+fn inv_rms<T: Real>(row: &[T], eps: f64) -> T {
+    let ms = dot(row, row) / T::of(row.len() as f64);
+    T::ONE / (ms + T::of(eps)).sqrt()
+}
+
+impl CustomOp2 for RmsNorm {
+    fn name(&self) -> &'static str {
+        "rms-norm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (_, d) = l1.shape().dims2()?;
+        by_dtype!(s1, self.name(), T => {
+            let (x, w) = (input::<T>(s1, l1, self.name())?, input::<T>(s2, l2, self.name())?);
+            if w.len() != d {
+                candle_core::bail!("rms-norm: weight of {} for rows of {d}", w.len());
+            }
+            let mut y = vec![T::ZERO; x.len()];
+            each_row(&mut y, d, |i, out| {
+                let row = &x[i * d..(i + 1) * d];
+                let r = inv_rms(row, self.eps);
+                for ((o, &v), &w) in out.iter_mut().zip(row).zip(w) {
+                    *o = v * r * w;
+                }
+            });
+            Ok((T::storage(y), l1.shape().clone()))
+        })
+    }
+
+    fn bwd(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        _y: &Tensor,
+        dy: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let (n, d) = x.dims2()?;
+        let packed = x.apply_op3_no_bwd(w, &dy.contiguous()?, &RmsNormGrad { eps: self.eps })?;
+        let dx = packed.narrow(0, 0, n * d)?.reshape((n, d))?;
+        let dw = packed.narrow(0, n * d, d)?;
+        Ok((Some(dx), Some(dw)))
+    }
+}
+
+/// Rows per block of the weight gradient's partial sums (fixed: the sum's order stays fixed).
+const NORM_BLOCK_ROWS: usize = 32;
+
+/// `[dx (N·D), dw (D)]` from x, w and dy:
+/// dx = r·(a − x·r²·mean(a·x)) with a = dy·w; dw = Σ_rows dy·x·r.
+struct RmsNormGrad {
+    eps: f64,
+}
+
+impl CustomOp3 for RmsNormGrad {
+    fn name(&self) -> &'static str {
+        "rms-norm-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (n, d) = l1.shape().dims2()?;
+        by_dtype!(s1, self.name(), T => {
+            let name = self.name();
+            let (x, w, dy) = (input::<T>(s1, l1, name)?, input::<T>(s2, l2, name)?, input::<T>(s3, l3, name)?);
+            let mut out = vec![T::ZERO; n * d + d];
+            let (dx, dw) = out.split_at_mut(n * d);
+            let block = |(b, dx): (usize, &mut [T])| -> Vec<T> {
+                let mut part = vec![T::ZERO; d];
+                let mut a = vec![T::ZERO; d];
+                for (k, dxr) in dx.chunks_mut(d).enumerate() {
+                    let i = b * NORM_BLOCK_ROWS + k;
+                    let (row, g) = (&x[i * d..(i + 1) * d], &dy[i * d..(i + 1) * d]);
+                    let r = inv_rms(row, self.eps);
+                    for ((a, &g), &w) in a.iter_mut().zip(g).zip(w) {
+                        *a = g * w;
+                    }
+                    let c = r * r * dot(&a, row) / T::of(d as f64);
+                    for ((o, &a), &v) in dxr.iter_mut().zip(&a).zip(row) {
+                        *o = r * (a - v * c);
+                    }
+                    for ((p, &g), &v) in part.iter_mut().zip(g).zip(row) {
+                        *p += g * v * r;
+                    }
+                }
+                part
+            };
+            let parts: Vec<Vec<T>> = if dx.len() < PARALLEL_FROM {
+                dx.chunks_mut(NORM_BLOCK_ROWS * d).enumerate().map(block).collect()
+            } else {
+                dx.par_chunks_mut(NORM_BLOCK_ROWS * d).enumerate().map(block).collect()
+            };
+            for part in parts {
+                for (o, p) in dw.iter_mut().zip(part) {
+                    *o += p;
+                }
+            }
+            Ok((T::storage(out), Shape::from(n * d + d)))
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// RoPE on adjacent feature pairs, fused with [B, T, H, hd] → [B, H, T, hd].
+
+/// Rotates each head's adjacent feature pairs of `x` [B, T, H, hd] by the angles of positions
+/// start..start+T (`cos`/`sin` [max_seq, hd/2]) and returns them as [B, H, T, hd].
+pub fn rope_heads(x: &Tensor, cos: &Tensor, sin: &Tensor, start: usize) -> Result<Tensor> {
+    let (b, t, h, hd) = x.dims4()?;
+    if !fusable(x) {
+        let x = x.transpose(1, 2)?;
+        let cos = cos.narrow(0, start, t)?.reshape((1, 1, t, hd / 2))?;
+        let sin = sin.narrow(0, start, t)?.reshape((1, 1, t, hd / 2))?;
+        let pairs = x.reshape((b, h, t, hd / 2, 2))?;
+        let x0 = pairs.narrow(4, 0, 1)?.squeeze(4)?;
+        let x1 = pairs.narrow(4, 1, 1)?.squeeze(4)?;
+        let r0 = (x0.broadcast_mul(&cos)? - x1.broadcast_mul(&sin)?)?;
+        let r1 = (x0.broadcast_mul(&sin)? + x1.broadcast_mul(&cos)?)?;
+        return Ok(Tensor::stack(&[r0, r1], 4)?.reshape((b, h, t, hd))?);
+    }
+    if start + t > cos.dim(0)? {
+        anyhow::bail!("RoPE: positions up to {} but tables for {}", start + t, cos.dim(0)?);
+    }
+    Ok(x.contiguous()?.apply_op3(&cos.contiguous()?, &sin.contiguous()?, Rope { start, backward: false })?)
+}
+
+/// Forward: [B, T, H, hd] → rotated [B, H, T, hd]. Backward (the transpose of a rotation is
+/// the rotation by minus the angle): [B, H, T, hd] → [B, T, H, hd].
+#[derive(Clone, Copy)]
+struct Rope {
+    start: usize,
+    backward: bool,
+}
+
+impl CustomOp3 for Rope {
+    fn name(&self) -> &'static str {
+        "rope-heads"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (b, d1, d2, hd) = l1.shape().dims4()?;
+        // Forward reads [B, T, H, hd]; backward reads [B, H, T, hd].
+        let (t, h) = if self.backward { (d2, d1) } else { (d1, d2) };
+        let half = hd / 2;
+        by_dtype!(s1, self.name(), T => {
+            let name = self.name();
+            let (x, cos, sin) = (input::<T>(s1, l1, name)?, input::<T>(s2, l2, name)?, input::<T>(s3, l3, name)?);
+            if cos.len() < (self.start + t) * half || sin.len() != cos.len() {
+                candle_core::bail!("rope-heads: tables too short for {} positions", self.start + t);
+            }
+            let mut out = vec![T::ZERO; x.len()];
+            // Output rows are [b, h, t] forward and [b, t, h] backward, hd each.
+            each_row(&mut out, hd, |row, o| {
+                let (bi, mid, inner) = if self.backward {
+                    (row / (t * h), (row / h) % t, row % h)
+                } else {
+                    (row / (h * t), (row / t) % h, row % t)
+                };
+                let (ti, hi) = if self.backward { (mid, inner) } else { (inner, mid) };
+                let src = if self.backward { ((bi * h + hi) * t + ti) * hd } else { ((bi * t + ti) * h + hi) * hd };
+                let src = &x[src..src + hd];
+                let p = (self.start + ti) * half;
+                let (c, s) = (&cos[p..p + half], &sin[p..p + half]);
+                for i in 0..half {
+                    let (x0, x1) = (src[2 * i], src[2 * i + 1]);
+                    if self.backward {
+                        o[2 * i] = x0 * c[i] + x1 * s[i];
+                        o[2 * i + 1] = x1 * c[i] - x0 * s[i];
+                    } else {
+                        o[2 * i] = x0 * c[i] - x1 * s[i];
+                        o[2 * i + 1] = x0 * s[i] + x1 * c[i];
+                    }
+                }
+            });
+            let shape = if self.backward { (b, t, h, hd) } else { (b, h, t, hd) };
+            Ok((T::storage(out), Shape::from(shape)))
+        })
+    }
+
+    fn bwd(
+        &self,
+        _x: &Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let back = Rope { start: self.start, backward: true };
+        Ok((Some(grad.contiguous()?.apply_op3_no_bwd(cos, sin, &back)?), None, None))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Causal softmax of attention scores.
+
+/// `softmax(scale · scores)` over the last dimension with a causal mask, for `scores`
+/// [.., R, S] whose rows are queries: row r is the query at position `start + r % t` (R may
+/// hold several heads' t queries, stacked) and sees keys 0..=start + r % t of the S.
+pub fn causal_softmax(scores: &Tensor, t: usize, start: usize, scale: f64) -> Result<Tensor> {
+    let dims = scores.dims();
+    let (r, s) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+    if t == 0 || !r.is_multiple_of(t) || start + t > s {
+        anyhow::bail!("causal softmax: {r} rows of {s} keys do not fit {t} queries from position {start}");
+    }
+    if !fusable(scores) {
+        let mask: Vec<f32> =
+            (0..t).flat_map(|i| (0..s).map(move |j| if j <= start + i { 0.0 } else { -1e9 })).collect();
+        let mask = Tensor::from_vec(mask, (t, s), scores.device())?.to_dtype(scores.dtype())?;
+        let mut grouped = dims[..dims.len() - 2].to_vec();
+        grouped.extend([r / t, t, s]);
+        let x = (scores.reshape(grouped)? * scale)?.broadcast_add(&mask)?;
+        let max = x.max_keepdim(D::Minus1)?.detach();
+        let e = x.broadcast_sub(&max)?.exp()?;
+        return Ok(e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?.reshape(dims)?);
+    }
+    Ok(scores.contiguous()?.apply_op1(CausalSoftmax { t, start, scale })?)
+}
+
+#[derive(Clone, Copy)]
+struct CausalSoftmax {
+    t: usize,
+    start: usize,
+    scale: f64,
+}
+
+impl CausalSoftmax {
+    /// Keys visible to flat row `row` (rows per matrix are a multiple of t).
+    fn visible(&self, row: usize) -> usize {
+        self.start + row % self.t + 1
+    }
+}
+
+impl CustomOp1 for CausalSoftmax {
+    fn name(&self) -> &'static str {
+        "causal-softmax"
+    }
+
+    fn cpu_fwd(&self, st: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let s = l.shape().dims()[l.shape().rank() - 1];
+        by_dtype!(st, self.name(), T => {
+            let x = input::<T>(st, l, self.name())?;
+            let scale = T::of(self.scale);
+            let mut out = vec![T::ZERO; x.len()];
+            each_row(&mut out, s, |row, o| {
+                let n = self.visible(row);
+                let (src, o) = (&x[row * s..row * s + n], &mut o[..n]);
+                let m = src.iter().fold(src[0], |a, &b| if b > a { b } else { a }) * scale;
+                let mut sum = T::ZERO;
+                for (o, &v) in o.iter_mut().zip(src) {
+                    *o = (v * scale - m).exp_nonpos();
+                    sum += *o;
+                }
+                let inv = T::ONE / sum;
+                for o in o.iter_mut() {
+                    *o *= inv;
+                }
+            });
+            Ok((T::storage(out), l.shape().clone()))
+        })
+    }
+
+    fn bwd(&self, _x: &Tensor, p: &Tensor, dp: &Tensor) -> candle_core::Result<Option<Tensor>> {
+        Ok(Some(p.apply_op2_no_bwd(&dp.contiguous()?, &CausalSoftmaxGrad(*self))?))
+    }
+}
+
+/// ds = scale · p · (dp − Σ p·dp) over the visible keys; 0 for masked ones.
+struct CausalSoftmaxGrad(CausalSoftmax);
+
+impl CustomOp2 for CausalSoftmaxGrad {
+    fn name(&self) -> &'static str {
+        "causal-softmax-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let s = l1.shape().dims()[l1.shape().rank() - 1];
+        by_dtype!(s1, self.name(), T => {
+            let (p, dp) = (input::<T>(s1, l1, self.name())?, input::<T>(s2, l2, self.name())?);
+            let scale = T::of(self.0.scale);
+            let mut out = vec![T::ZERO; p.len()];
+            each_row(&mut out, s, |row, o| {
+                let n = self.0.visible(row);
+                let (p, dp) = (&p[row * s..row * s + n], &dp[row * s..row * s + n]);
+                let c = dot(p, dp);
+                for ((o, &p), &g) in o[..n].iter_mut().zip(p).zip(dp) {
+                    *o = scale * p * (g - c);
+                }
+            });
+            Ok((T::storage(out), l1.shape().clone()))
+        })
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SwiGLU: silu(gate) · up.
+
+/// `silu(gate) · up` for two tensors of one shape.
+pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
+    if !fusable(gate) || gate.shape() != up.shape() {
+        return Ok((gate.silu()? * up)?);
+    }
+    Ok(gate.contiguous()?.apply_op2(&up.contiguous()?, SwiGlu)?)
+}
+
+/// σ(g) from e^(−|g|), which never overflows.
+#[inline(always)]
+fn sigmoid<T: Real>(g: T) -> T {
+    let neg_abs = if g > T::ZERO { -g } else { g };
+    let e = neg_abs.exp_nonpos();
+    let s = T::ONE / (T::ONE + e);
+    if g > T::ZERO {
+        s
+    } else {
+        e * s
+    }
+}
+
+struct SwiGlu;
+
+impl CustomOp2 for SwiGlu {
+    fn name(&self) -> &'static str {
+        "swiglu"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        by_dtype!(s1, self.name(), T => {
+            let (g, u) = (input::<T>(s1, l1, self.name())?, input::<T>(s2, l2, self.name())?);
+            let mut out = vec![T::ZERO; g.len()];
+            each_row(&mut out, CHUNK, |i, o| {
+                let at = i * CHUNK;
+                for ((o, &g), &u) in o.iter_mut().zip(&g[at..]).zip(&u[at..]) {
+                    *o = g * sigmoid(g) * u;
+                }
+            });
+            Ok((T::storage(out), l1.shape().clone()))
+        })
+    }
+
+    fn bwd(
+        &self,
+        gate: &Tensor,
+        up: &Tensor,
+        _res: &Tensor,
+        grad: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let n = gate.elem_count();
+        let packed = gate.apply_op3_no_bwd(up, &grad.contiguous()?, &SwiGluGrad)?;
+        let dg = packed.narrow(0, 0, n)?.reshape(gate.shape())?;
+        let du = packed.narrow(0, n, n)?.reshape(gate.shape())?;
+        Ok((Some(dg), Some(du)))
+    }
+}
+
+/// Elements per task of the elementwise kernels.
+const CHUNK: usize = 1 << 14;
+
+/// `[d gate, d up]`: d gate = grad·up·σ(g)·(1 + g·(1 − σ(g))), d up = grad·g·σ(g).
+struct SwiGluGrad;
+
+impl CustomOp3 for SwiGluGrad {
+    fn name(&self) -> &'static str {
+        "swiglu-grad"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        by_dtype!(s1, self.name(), T => {
+            let name = self.name();
+            let (g, u, d) = (input::<T>(s1, l1, name)?, input::<T>(s2, l2, name)?, input::<T>(s3, l3, name)?);
+            let n = g.len();
+            let mut out = vec![T::ZERO; 2 * n];
+            let (dg, du) = out.split_at_mut(n);
+            let f = |(i, (dg, du)): (usize, (&mut [T], &mut [T]))| {
+                let at = i * CHUNK;
+                for ((((dg, du), &g), &u), &d) in dg.iter_mut().zip(du).zip(&g[at..]).zip(&u[at..]).zip(&d[at..]) {
+                    let s = sigmoid(g);
+                    *dg = d * u * s * (T::ONE + g * (T::ONE - s));
+                    *du = d * g * s;
+                }
+            };
+            if n < PARALLEL_FROM {
+                dg.chunks_mut(CHUNK).zip(du.chunks_mut(CHUNK)).enumerate().for_each(f);
+            } else {
+                dg.par_chunks_mut(CHUNK).zip(du.par_chunks_mut(CHUNK)).enumerate().for_each(f);
+            }
+            Ok((T::storage(out), Shape::from(2 * n)))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::{DType, Device, Var};
+
+    fn max_diff(a: &Tensor, b: &Tensor) -> f64 {
+        let d = (a.to_dtype(DType::F64).unwrap() - b.to_dtype(DType::F64).unwrap()).unwrap();
+        d.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f64>().unwrap()
+    }
+
+    fn var(shape: &[usize], std: f64, dtype: DType) -> Var {
+        Var::from_tensor(&Tensor::randn(0f64, std, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap()).unwrap()
+    }
+
+    /// Checks values and the gradients of every input against `reference`, under a fixed
+    /// weighting of the outputs (so that each output element's gradient differs).
+    fn check(
+        name: &str,
+        inputs: &[&Var],
+        fused: &dyn Fn(&[Tensor]) -> Tensor,
+        reference: &dyn Fn(&[Tensor]) -> Tensor,
+        tol: f64,
+    ) {
+        let ts: Vec<Tensor> = inputs.iter().map(|v| v.as_tensor().clone()).collect();
+        let (a, b) = (fused(&ts), reference(&ts));
+        assert_eq!(a.dims(), b.dims(), "{name}: shapes");
+        let scale = 1.0
+            + b.abs()
+                .unwrap()
+                .flatten_all()
+                .unwrap()
+                .max(0)
+                .unwrap()
+                .to_dtype(DType::F64)
+                .unwrap()
+                .to_scalar::<f64>()
+                .unwrap();
+        assert!(max_diff(&a, &b) < tol * scale, "{name}: values differ by {}", max_diff(&a, &b));
+        let w = Tensor::arange(0f64, a.elem_count() as f64, &Device::Cpu)
+            .unwrap()
+            .affine(0.37, 0.1)
+            .unwrap()
+            .sin()
+            .unwrap()
+            .reshape(a.shape())
+            .unwrap()
+            .to_dtype(a.dtype())
+            .unwrap();
+        let ga = (a * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        let gb = (b * &w).unwrap().sum_all().unwrap().backward().unwrap();
+        for (i, v) in inputs.iter().enumerate() {
+            let (x, y) = (ga.get(v.as_tensor()).unwrap(), gb.get(v.as_tensor()).unwrap());
+            let scale = 1.0
+                + y.abs()
+                    .unwrap()
+                    .flatten_all()
+                    .unwrap()
+                    .max(0)
+                    .unwrap()
+                    .to_dtype(DType::F64)
+                    .unwrap()
+                    .to_scalar::<f64>()
+                    .unwrap();
+            assert!(max_diff(x, y) < tol * scale, "{name}: gradient of input {i} differs by {}", max_diff(x, y));
+        }
+    }
+
+    const CASES: [(DType, f64); 2] = [(DType::F64, 1e-12), (DType::F32, 3e-6)];
+
+    #[test]
+    fn rms_norm_matches_the_composed_expression() {
+        // Enough rows for the pool and for several blocks of the weight gradient.
+        for rows in [3, 200] {
+            for (dtype, tol) in CASES {
+                let x = var(&[rows, 2, 37], 1.5, dtype);
+                let w = var(&[37], 1.0, dtype);
+                check(
+                    "rms_norm",
+                    &[&x, &w],
+                    &|t| rms_norm(&t[0], &t[1], 1e-5).unwrap(),
+                    &|t| {
+                        let ms = t[0].sqr().unwrap().mean_keepdim(D::Minus1).unwrap();
+                        let inv = (ms + 1e-5).unwrap().sqrt().unwrap().recip().unwrap();
+                        t[0].broadcast_mul(&inv).unwrap().broadcast_mul(&t[1]).unwrap()
+                    },
+                    tol,
+                );
+            }
+        }
+    }
+
+    fn rope_reference(x: &Tensor, cos: &Tensor, sin: &Tensor, start: usize) -> Tensor {
+        // Per element, straight from the definition.
+        let (b, t, h, hd) = x.dims4().unwrap();
+        let xs: Vec<f64> = x.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap();
+        let c: Vec<Vec<f64>> = cos.to_dtype(DType::F64).unwrap().to_vec2().unwrap();
+        let s: Vec<Vec<f64>> = sin.to_dtype(DType::F64).unwrap().to_vec2().unwrap();
+        let mut out = vec![0f64; xs.len()];
+        for bi in 0..b {
+            for ti in 0..t {
+                for hi in 0..h {
+                    for i in 0..hd / 2 {
+                        let at = ((bi * t + ti) * h + hi) * hd + 2 * i;
+                        let (x0, x1) = (xs[at], xs[at + 1]);
+                        let (c, s) = (c[start + ti][i], s[start + ti][i]);
+                        let o = ((bi * h + hi) * t + ti) * hd + 2 * i;
+                        out[o] = x0 * c - x1 * s;
+                        out[o + 1] = x0 * s + x1 * c;
+                    }
+                }
+            }
+        }
+        Tensor::from_vec(out, (b, h, t, hd), &Device::Cpu).unwrap().to_dtype(x.dtype()).unwrap()
+    }
+
+    fn tables(dtype: DType) -> (Tensor, Tensor) {
+        let ang = Tensor::randn(0f64, 3.0, (12, 4), &Device::Cpu).unwrap();
+        (ang.cos().unwrap().to_dtype(dtype).unwrap(), ang.sin().unwrap().to_dtype(dtype).unwrap())
+    }
+
+    #[test]
+    fn rope_heads_matches_the_definition_and_its_transpose_is_the_gradient() {
+        for (dtype, tol) in CASES {
+            let (cos, sin) = tables(dtype);
+            let x = var(&[2, 5, 3, 8], 1.0, dtype);
+            for start in [0, 7] {
+                let want = rope_reference(x.as_tensor(), &cos, &sin, start);
+                let got = rope_heads(x.as_tensor(), &cos, &sin, start).unwrap();
+                assert!(max_diff(&got, &want) < tol * 4.0, "{dtype:?} values");
+                // The composed fallback (other devices) agrees too, values and gradients.
+                check(
+                    "rope_heads",
+                    &[&x],
+                    &|t| rope_heads(&t[0], &cos, &sin, start).unwrap(),
+                    &|t| {
+                        let (b, tt, h, hd) = t[0].dims4().unwrap();
+                        let x = t[0].transpose(1, 2).unwrap();
+                        let c = cos.narrow(0, start, tt).unwrap().reshape((1, 1, tt, hd / 2)).unwrap();
+                        let s = sin.narrow(0, start, tt).unwrap().reshape((1, 1, tt, hd / 2)).unwrap();
+                        let pairs = x.reshape((b, h, tt, hd / 2, 2)).unwrap();
+                        let x0 = pairs.narrow(4, 0, 1).unwrap().squeeze(4).unwrap();
+                        let x1 = pairs.narrow(4, 1, 1).unwrap().squeeze(4).unwrap();
+                        let r0 = (x0.broadcast_mul(&c).unwrap() - x1.broadcast_mul(&s).unwrap()).unwrap();
+                        let r1 = (x0.broadcast_mul(&s).unwrap() + x1.broadcast_mul(&c).unwrap()).unwrap();
+                        Tensor::stack(&[r0, r1], 4).unwrap().reshape((b, h, tt, hd)).unwrap()
+                    },
+                    tol,
+                );
+            }
+        }
+        let (cos, sin) = tables(DType::F32);
+        let x = Tensor::zeros((1, 6, 1, 8), DType::F32, &Device::Cpu).unwrap();
+        assert!(rope_heads(&x, &cos, &sin, 7).is_err(), "positions past the tables");
+    }
+
+    #[test]
+    fn causal_softmax_matches_the_masked_composition() {
+        for (dtype, tol) in CASES {
+            // Two heads' 4 queries stacked (R = 8), 6 keys, queries at positions 2..6 — and
+            // enough rows for the pool.
+            for (lead, t, s, start) in [(vec![2, 3], 4, 6, 2), (vec![3, 40], 8, 8, 0)] {
+                let r = 2 * t;
+                let mut shape = lead.clone();
+                shape.extend([r, s]);
+                let x = var(&shape, 3.0, dtype);
+                let scale = 0.35;
+                check(
+                    "causal_softmax",
+                    &[&x],
+                    &|ts| causal_softmax(&ts[0], t, start, scale).unwrap(),
+                    &|ts| {
+                        let mask: Vec<f64> = (0..r)
+                            .flat_map(|i| (0..s).map(move |j| if j <= start + i % t { 0.0 } else { -1e9 }))
+                            .collect();
+                        let mask = Tensor::from_vec(mask, (r, s), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+                        let z = (&ts[0] * scale).unwrap().broadcast_add(&mask).unwrap();
+                        let max = z.max_keepdim(D::Minus1).unwrap().detach();
+                        let e = z.broadcast_sub(&max).unwrap().exp().unwrap();
+                        e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap()
+                    },
+                    tol,
+                );
+            }
+        }
+        let x = Tensor::zeros((1, 6, 4), DType::F32, &Device::Cpu).unwrap();
+        assert!(causal_softmax(&x, 4, 0, 1.0).is_err(), "rows not a multiple of the queries");
+    }
+
+    #[test]
+    fn swiglu_matches_silu_times_up() {
+        for (dtype, tol) in CASES {
+            for n in [7, 70_001] {
+                // Wide enough that sigmoid saturates on both sides.
+                let g = var(&[n], 12.0, dtype);
+                let u = var(&[n], 1.0, dtype);
+                check(
+                    "swiglu",
+                    &[&g, &u],
+                    &|t| swiglu(&t[0], &t[1]).unwrap(),
+                    &|t| (t[0].silu().unwrap() * &t[1]).unwrap(),
+                    tol,
+                );
+            }
+        }
+    }
+}
