@@ -137,14 +137,19 @@ impl Float for f32 {
 /// -87 (where e^x is below f32's normal range, irrelevant next to the row's 1).
 #[inline(always)]
 pub(super) fn exp_f32(x: f32) -> f32 {
+    // Round to nearest by adding 1.5·2²³ (|n| < 2²² here): `f32::round` is a libm call on the
+    // baseline x86-64 target, which stops the loops around this from vectorising. The integer
+    // n is then the low bits of the sum.
+    const MAGIC: f32 = 12_582_912.0;
     let x = x.max(-87.0);
-    let n = (x * std::f32::consts::LOG2_E).round();
+    let shifted = x * std::f32::consts::LOG2_E + MAGIC;
+    let n = shifted - MAGIC;
     // ln2 split in two so that n·ln2 is exact enough (Cody-Waite).
     let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let p = 1.0
         + r * (1.0 + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_668 + r * (0.008_333_452 + r * 0.001_388_949_4)))));
-    let bits = ((n as i32 + 127) as u32) << 23;
-    p * f32::from_bits(bits)
+    let ni = shifted.to_bits() as i32 - MAGIC.to_bits() as i32;
+    p * f32::from_bits(((ni + 127) as u32) << 23)
 }
 
 fn row_max<T: Float>(row: &[T]) -> T {
