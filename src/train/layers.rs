@@ -13,7 +13,7 @@
 
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
@@ -280,40 +280,93 @@ impl CustomOp3 for RmsNormGrad {
 }
 
 // ---------------------------------------------------------------------------------------------
-// RoPE on adjacent feature pairs, fused with [B, T, H, hd] → [B, H, T, hd].
+// Moving heads in front of positions ([B, T, H·hd] ↔ [B, H, T, hd]), with RoPE on the way in.
 
-/// Rotates each head's adjacent feature pairs of `x` [B, T, H, hd] by the angles of positions
-/// start..start+T (`cos`/`sin` [max_seq, hd/2]) and returns them as [B, H, T, hd].
-pub fn rope_heads(x: &Tensor, cos: &Tensor, sin: &Tensor, start: usize) -> Result<Tensor> {
-    let (b, t, h, hd) = x.dims4()?;
+/// RoPE tables (`cos`/`sin` [max_seq, hd/2]) and the position of the first token.
+pub struct Rotary<'a> {
+    pub cos: &'a Tensor,
+    pub sin: &'a Tensor,
+    pub start: usize,
+}
+
+/// `x` [B, T, heads·hd] as [B, heads, T, hd]; with `rope`, each head's adjacent feature pairs
+/// rotated by the angles of positions start..start+T.
+pub fn split_heads(x: &Tensor, heads: usize, rope: Option<Rotary>) -> Result<Tensor> {
+    let (b, t, width) = x.dims3()?;
+    let hd = width / heads.max(1);
+    if heads == 0 || hd * heads != width || !hd.is_multiple_of(2) {
+        anyhow::bail!("cannot split rows of {width} into {heads} heads");
+    }
+    if let Some(r) = &rope {
+        if r.start + t > r.cos.dim(0)? {
+            anyhow::bail!("RoPE: positions up to {} but tables for {}", r.start + t, r.cos.dim(0)?);
+        }
+    }
+    let dims = HeadDims { b, t, h: heads, hd };
     if !fusable(x) {
-        let x = x.transpose(1, 2)?;
-        let cos = cos.narrow(0, start, t)?.reshape((1, 1, t, hd / 2))?;
-        let sin = sin.narrow(0, start, t)?.reshape((1, 1, t, hd / 2))?;
-        let pairs = x.reshape((b, h, t, hd / 2, 2))?;
+        let x = x.reshape((b, t, heads, hd))?.transpose(1, 2)?;
+        let Some(r) = rope else { return Ok(x.contiguous()?) };
+        let cos = r.cos.narrow(0, r.start, t)?.reshape((1, 1, t, hd / 2))?;
+        let sin = r.sin.narrow(0, r.start, t)?.reshape((1, 1, t, hd / 2))?;
+        let pairs = x.reshape((b, heads, t, hd / 2, 2))?;
         let x0 = pairs.narrow(4, 0, 1)?.squeeze(4)?;
         let x1 = pairs.narrow(4, 1, 1)?.squeeze(4)?;
         let r0 = (x0.broadcast_mul(&cos)? - x1.broadcast_mul(&sin)?)?;
         let r1 = (x0.broadcast_mul(&sin)? + x1.broadcast_mul(&cos)?)?;
-        return Ok(Tensor::stack(&[r0, r1], 4)?.reshape((b, h, t, hd))?);
+        return Ok(Tensor::stack(&[r0, r1], 4)?.reshape((b, heads, t, hd))?);
     }
-    if start + t > cos.dim(0)? {
-        anyhow::bail!("RoPE: positions up to {} but tables for {}", start + t, cos.dim(0)?);
-    }
-    Ok(x.contiguous()?.apply_op3(&cos.contiguous()?, &sin.contiguous()?, Rope { start, backward: false })?)
+    let op = Heads { dims, start: rope.as_ref().map_or(0, |r| r.start), rotate: rope.is_some(), split: true };
+    // Without RoPE the tables are not read; an empty tensor of x's dtype stands in.
+    let (cos, sin) = match &rope {
+        Some(r) => (r.cos.contiguous()?, r.sin.contiguous()?),
+        None => (none(x)?, none(x)?),
+    };
+    Ok(x.contiguous()?.apply_op3(&cos, &sin, op)?)
 }
 
-/// Forward: [B, T, H, hd] → rotated [B, H, T, hd]. Backward (the transpose of a rotation is
-/// the rotation by minus the angle): [B, H, T, hd] → [B, T, H, hd].
+/// `x` holding [B, heads, T, hd] (any shape of that many elements) as [B, T, heads·hd].
+pub fn merge_heads(x: &Tensor, b: usize, heads: usize, t: usize) -> Result<Tensor> {
+    let hd = x.elem_count() / (b * heads * t).max(1);
+    if hd * b * heads * t != x.elem_count() {
+        anyhow::bail!("cannot merge {:?} as [{b}, {heads}, {t}, ..]", x.dims());
+    }
+    if !fusable(x) {
+        return Ok(x.reshape((b, heads, t, hd))?.transpose(1, 2)?.reshape((b, t, heads * hd))?);
+    }
+    let op = Heads { dims: HeadDims { b, t, h: heads, hd }, start: 0, rotate: false, split: false };
+    Ok(x.contiguous()?.apply_op3(&none(x)?, &none(x)?, op)?)
+}
+
+fn none(like: &Tensor) -> Result<Tensor> {
+    Ok(Tensor::zeros(0, like.dtype(), like.device())?)
+}
+
 #[derive(Clone, Copy)]
-struct Rope {
-    start: usize,
-    backward: bool,
+struct HeadDims {
+    b: usize,
+    t: usize,
+    h: usize,
+    hd: usize,
 }
 
-impl CustomOp3 for Rope {
+/// Split: [B, T, H·hd] → [B, H, T, hd], rotating by +angle. Merge: the reverse, rotating by
+/// −angle. Each is the other's adjoint (a rotation's transpose is the rotation by minus the
+/// angle), so the backward of one is the other.
+#[derive(Clone, Copy)]
+struct Heads {
+    dims: HeadDims,
+    start: usize,
+    rotate: bool,
+    split: bool,
+}
+
+impl CustomOp3 for Heads {
     fn name(&self) -> &'static str {
-        "rope-heads"
+        if self.split {
+            "split-heads"
+        } else {
+            "merge-heads"
+        }
     }
 
     fn cpu_fwd(
@@ -325,55 +378,58 @@ impl CustomOp3 for Rope {
         s3: &CpuStorage,
         l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (b, d1, d2, hd) = l1.shape().dims4()?;
-        // Forward reads [B, T, H, hd]; backward reads [B, H, T, hd].
-        let (t, h) = if self.backward { (d2, d1) } else { (d1, d2) };
+        let HeadDims { b, t, h, hd } = self.dims;
         let half = hd / 2;
+        if l1.shape().elem_count() != b * t * h * hd {
+            candle_core::bail!("{}: {:?} is not [{b}, {t}, {h}, {hd}]", self.name(), l1.shape());
+        }
         by_dtype!(s1, self.name(), T => {
             let name = self.name();
             let (x, cos, sin) = (input::<T>(s1, l1, name)?, input::<T>(s2, l2, name)?, input::<T>(s3, l3, name)?);
-            if cos.len() < (self.start + t) * half || sin.len() != cos.len() {
-                candle_core::bail!("rope-heads: tables too short for {} positions", self.start + t);
+            if self.rotate && (cos.len() < (self.start + t) * half || sin.len() != cos.len()) {
+                candle_core::bail!("{name}: tables too short for {} positions", self.start + t);
             }
             let mut out = vec![T::ZERO; x.len()];
-            // Output rows are [b, h, t] forward and [b, t, h] backward, hd each.
+            // Output rows are [b, h, t] when splitting and [b, t, h] when merging, hd each.
             each_row(&mut out, hd, |row, o| {
-                let (bi, mid, inner) = if self.backward {
-                    (row / (t * h), (row / h) % t, row % h)
-                } else {
-                    (row / (h * t), (row / t) % h, row % t)
-                };
-                let (ti, hi) = if self.backward { (mid, inner) } else { (inner, mid) };
-                let src = if self.backward { ((bi * h + hi) * t + ti) * hd } else { ((bi * t + ti) * h + hi) * hd };
+                let (bi, hi, ti) =
+                    if self.split { (row / (h * t), (row / t) % h, row % t) } else { (row / (t * h), row % h, (row / h) % t) };
+                let src = if self.split { ((bi * t + ti) * h + hi) * hd } else { ((bi * h + hi) * t + ti) * hd };
                 let src = &x[src..src + hd];
+                if !self.rotate {
+                    o.copy_from_slice(src);
+                    return;
+                }
                 let p = (self.start + ti) * half;
                 let (c, s) = (&cos[p..p + half], &sin[p..p + half]);
                 for i in 0..half {
                     let (x0, x1) = (src[2 * i], src[2 * i + 1]);
-                    if self.backward {
-                        o[2 * i] = x0 * c[i] + x1 * s[i];
-                        o[2 * i + 1] = x1 * c[i] - x0 * s[i];
-                    } else {
+                    if self.split {
                         o[2 * i] = x0 * c[i] - x1 * s[i];
                         o[2 * i + 1] = x0 * s[i] + x1 * c[i];
+                    } else {
+                        o[2 * i] = x0 * c[i] + x1 * s[i];
+                        o[2 * i + 1] = x1 * c[i] - x0 * s[i];
                     }
                 }
             });
-            let shape = if self.backward { (b, t, h, hd) } else { (b, h, t, hd) };
-            Ok((T::storage(out), Shape::from(shape)))
+            let shape = if self.split { Shape::from((b, h, t, hd)) } else { Shape::from((b, t, h * hd)) };
+            Ok((T::storage(out), shape))
         })
     }
 
     fn bwd(
         &self,
-        _x: &Tensor,
+        x: &Tensor,
         cos: &Tensor,
         sin: &Tensor,
         _res: &Tensor,
         grad: &Tensor,
     ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
-        let back = Rope { start: self.start, backward: true };
-        Ok((Some(grad.contiguous()?.apply_op3_no_bwd(cos, sin, &back)?), None, None))
+        let back = Heads { split: !self.split, ..*self };
+        // Merging accepts any shape of the right size (heads stacked as rows, say).
+        let dx = grad.contiguous()?.apply_op3_no_bwd(cos, sin, &back)?.reshape(x.shape())?;
+        Ok((Some(dx), None, None))
     }
 }
 
@@ -594,6 +650,187 @@ impl CustomOp3 for SwiGluGrad {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Matrix products: C = op(A)·op(B), op = identity or transpose, with the backward as products.
+
+/// `x · wᵀ` for x [.., in] and w [out, in] → [.., out]: one 2-D product over all leading
+/// positions, with w read transposed in place (no transposed copy, no reshape in the graph).
+pub fn linear(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    let dims = x.dims();
+    let inner = *dims.last().context("linear of a scalar")?;
+    let (out, w_in) = w.dims2()?;
+    if w_in != inner {
+        anyhow::bail!("linear: rows of {inner} against a weight [{out}, {w_in}]");
+    }
+    let rows = x.elem_count() / inner.max(1);
+    let mut shape = dims[..dims.len() - 1].to_vec();
+    shape.push(out);
+    if !fusable(x) {
+        return Ok(x.reshape((rows, inner))?.matmul(&w.t()?)?.reshape(shape)?);
+    }
+    let op = Gemm { batch: 1, m: rows, n: out, k: inner, ta: false, tb: true, out: Shape::from(shape) };
+    Ok(x.contiguous()?.apply_op2(&w.contiguous()?, op)?)
+}
+
+/// Batched `op(a) · op(b)` for a [.., m, k] (or [.., k, m] with `ta`) and b [.., k, n] (or
+/// [.., n, k] with `tb`) with the same leading dimensions.
+pub fn matmul(a: &Tensor, b: &Tensor, ta: bool, tb: bool) -> Result<Tensor> {
+    let (da, db) = (a.dims(), b.dims());
+    if da.len() < 2 || da.len() != db.len() || da[..da.len() - 2] != db[..db.len() - 2] {
+        anyhow::bail!("matmul of {da:?} and {db:?}");
+    }
+    let r = da.len();
+    let (m, k) = if ta { (da[r - 1], da[r - 2]) } else { (da[r - 2], da[r - 1]) };
+    let (kb, n) = if tb { (db[r - 1], db[r - 2]) } else { (db[r - 2], db[r - 1]) };
+    if k != kb {
+        anyhow::bail!("matmul of {da:?} and {db:?} (transposed: {ta}, {tb}): inner sizes {k} and {kb}");
+    }
+    if !fusable(a) {
+        let a = if ta { a.t()? } else { a.clone() };
+        let b = if tb { b.t()? } else { b.clone() };
+        return Ok(a.matmul(&b)?);
+    }
+    let mut shape = da[..r - 2].to_vec();
+    shape.extend([m, n]);
+    let op = Gemm { batch: da[..r - 2].iter().product(), m, n, k, ta, tb, out: Shape::from(shape) };
+    Ok(a.contiguous()?.apply_op2(&b.contiguous()?, op)?)
+}
+
+/// `batch` products `[m, k] · [k, n]` of contiguous operands stored as [k, m] (`ta`) and
+/// [n, k] (`tb`) where transposed; the result has shape `out` (batch·m·n elements).
+#[derive(Clone)]
+struct Gemm {
+    batch: usize,
+    m: usize,
+    n: usize,
+    k: usize,
+    ta: bool,
+    tb: bool,
+    out: Shape,
+}
+
+/// A pointer that crosses to the pool's threads; each writes its own batch of the output.
+#[derive(Clone, Copy)]
+struct SendPtr<T>(*mut T);
+// SAFETY: only used to write disjoint parts of one buffer that outlives the parallel section.
+unsafe impl<T> Send for SendPtr<T> {}
+unsafe impl<T> Sync for SendPtr<T> {}
+
+impl<T> SendPtr<T> {
+    /// A method, so that closures capture the wrapper (Send) rather than its raw pointer.
+    ///
+    /// # Safety
+    /// `offset` must be within the allocation.
+    unsafe fn at(self, offset: usize) -> *mut T {
+        unsafe { self.0.add(offset) }
+    }
+}
+
+impl Gemm {
+    fn run<T: Real>(&self, a: &[T], b: &[T]) -> candle_core::Result<Vec<T>> {
+        let Gemm { batch, m, n, k, ta, tb, .. } = *self;
+        if a.len() != batch * m * k || b.len() != batch * k * n {
+            candle_core::bail!(
+                "gemm: operands of {} and {} elements for {batch} × [{m}, {k}]·[{k}, {n}]",
+                a.len(),
+                b.len()
+            );
+        }
+        let len = batch * m * n;
+        if k == 0 {
+            return Ok(vec![T::ZERO; len]);
+        }
+        // Element (i, j) of op(A) is at i·rs + j·cs.
+        let (a_rs, a_cs) = if ta { (1, m as isize) } else { (k as isize, 1) };
+        let (b_rs, b_cs) = if tb { (1, k as isize) } else { (n as isize, 1) };
+        let threads = rayon::current_num_threads();
+        let mut dst: Vec<T> = Vec::with_capacity(len);
+        let out = SendPtr(dst.as_mut_ptr());
+        let one = |i: usize, par: gemm::Parallelism| {
+            // SAFETY: operand slices hold batch·m·k and batch·k·n elements (checked above), the
+            // output has capacity for batch·m·n; with read_dst false gemm only writes dst.
+            unsafe {
+                gemm::gemm(
+                    m,
+                    n,
+                    k,
+                    out.at(i * m * n),
+                    1,
+                    n as isize,
+                    false,
+                    a.as_ptr().add(i * m * k),
+                    a_cs,
+                    a_rs,
+                    b.as_ptr().add(i * k * n),
+                    b_cs,
+                    b_rs,
+                    T::ZERO,
+                    T::ONE,
+                    false,
+                    false,
+                    false,
+                    par,
+                )
+            }
+        };
+        if batch >= 2 * threads && threads > 1 {
+            // Many small products (attention heads): one per task.
+            (0..batch).into_par_iter().for_each(|i| one(i, gemm::Parallelism::None));
+        } else {
+            let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
+            (0..batch).for_each(|i| one(i, par));
+        }
+        // SAFETY: every one of the batch·m·n elements was written by gemm (k > 0).
+        unsafe { dst.set_len(len) };
+        Ok(dst)
+    }
+}
+
+impl CustomOp2 for Gemm {
+    fn name(&self) -> &'static str {
+        "gemm"
+    }
+
+    fn cpu_fwd(
+        &self,
+        s1: &CpuStorage,
+        l1: &Layout,
+        s2: &CpuStorage,
+        l2: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        by_dtype!(s1, self.name(), T => {
+            let (a, b) = (input::<T>(s1, l1, self.name())?, input::<T>(s2, l2, self.name())?);
+            Ok((T::storage(self.run(a, b)?), self.out.clone()))
+        })
+    }
+
+    /// With C = op(A)·op(B): d op(A) = dC·op(B)ᵀ and d op(B) = op(A)ᵀ·dC, each written as one
+    /// product of the stored operands in the layout A and B are stored in.
+    fn bwd(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        _c: &Tensor,
+        dc: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>)> {
+        let Gemm { batch, m, n, k, ta, tb, .. } = *self;
+        let dc = dc.contiguous()?;
+        let da = if ta {
+            // A stored [k, m]: dA = op(B)·dCᵀ.
+            b.apply_op2_no_bwd(&dc, &Gemm { batch, m: k, n: m, k: n, ta: tb, tb: true, out: a.shape().clone() })?
+        } else {
+            dc.apply_op2_no_bwd(b, &Gemm { batch, m, n: k, k: n, ta: false, tb: !tb, out: a.shape().clone() })?
+        };
+        let db = if tb {
+            // B stored [n, k]: dB = dCᵀ·op(A).
+            dc.apply_op2_no_bwd(a, &Gemm { batch, m: n, n: k, k: m, ta: true, tb: ta, out: b.shape().clone() })?
+        } else {
+            a.apply_op2_no_bwd(&dc, &Gemm { batch, m: k, n, k: m, ta: !ta, tb: false, out: b.shape().clone() })?
+        };
+        Ok((Some(da), Some(db)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -685,9 +922,10 @@ mod tests {
         }
     }
 
-    fn rope_reference(x: &Tensor, cos: &Tensor, sin: &Tensor, start: usize) -> Tensor {
+    fn rope_reference(x: &Tensor, heads: usize, cos: &Tensor, sin: &Tensor, start: usize) -> Tensor {
         // Per element, straight from the definition.
-        let (b, t, h, hd) = x.dims4().unwrap();
+        let (b, t, w) = x.dims3().unwrap();
+        let (h, hd) = (heads, w / heads);
         let xs: Vec<f64> = x.to_dtype(DType::F64).unwrap().flatten_all().unwrap().to_vec1().unwrap();
         let c: Vec<Vec<f64>> = cos.to_dtype(DType::F64).unwrap().to_vec2().unwrap();
         let s: Vec<Vec<f64>> = sin.to_dtype(DType::F64).unwrap().to_vec2().unwrap();
@@ -715,38 +953,67 @@ mod tests {
     }
 
     #[test]
-    fn rope_heads_matches_the_definition_and_its_transpose_is_the_gradient() {
+    fn split_heads_with_rope_matches_the_definition_and_its_adjoint_is_the_gradient() {
         for (dtype, tol) in CASES {
             let (cos, sin) = tables(dtype);
-            let x = var(&[2, 5, 3, 8], 1.0, dtype);
+            let x = var(&[2, 5, 24], 1.0, dtype);
             for start in [0, 7] {
-                let want = rope_reference(x.as_tensor(), &cos, &sin, start);
-                let got = rope_heads(x.as_tensor(), &cos, &sin, start).unwrap();
+                let rot = || Some(Rotary { cos: &cos, sin: &sin, start });
+                let want = rope_reference(x.as_tensor(), 3, &cos, &sin, start);
+                let got = split_heads(x.as_tensor(), 3, rot()).unwrap();
                 assert!(max_diff(&got, &want) < tol * 4.0, "{dtype:?} values");
                 // The composed fallback (other devices) agrees too, values and gradients.
                 check(
-                    "rope_heads",
+                    "split_heads",
                     &[&x],
-                    &|t| rope_heads(&t[0], &cos, &sin, start).unwrap(),
+                    &|t| split_heads(&t[0], 3, rot()).unwrap(),
                     &|t| {
-                        let (b, tt, h, hd) = t[0].dims4().unwrap();
-                        let x = t[0].transpose(1, 2).unwrap();
-                        let c = cos.narrow(0, start, tt).unwrap().reshape((1, 1, tt, hd / 2)).unwrap();
-                        let s = sin.narrow(0, start, tt).unwrap().reshape((1, 1, tt, hd / 2)).unwrap();
-                        let pairs = x.reshape((b, h, tt, hd / 2, 2)).unwrap();
+                        let (b, tt, _) = t[0].dims3().unwrap();
+                        let x = t[0].reshape((b, tt, 3, 8)).unwrap().transpose(1, 2).unwrap();
+                        let c = cos.narrow(0, start, tt).unwrap().reshape((1, 1, tt, 4)).unwrap();
+                        let s = sin.narrow(0, start, tt).unwrap().reshape((1, 1, tt, 4)).unwrap();
+                        let pairs = x.reshape((b, 3, tt, 4, 2)).unwrap();
                         let x0 = pairs.narrow(4, 0, 1).unwrap().squeeze(4).unwrap();
                         let x1 = pairs.narrow(4, 1, 1).unwrap().squeeze(4).unwrap();
                         let r0 = (x0.broadcast_mul(&c).unwrap() - x1.broadcast_mul(&s).unwrap()).unwrap();
                         let r1 = (x0.broadcast_mul(&s).unwrap() + x1.broadcast_mul(&c).unwrap()).unwrap();
-                        Tensor::stack(&[r0, r1], 4).unwrap().reshape((b, h, tt, hd)).unwrap()
+                        Tensor::stack(&[r0, r1], 4).unwrap().reshape((b, 3, tt, 8)).unwrap()
                     },
                     tol,
                 );
             }
         }
         let (cos, sin) = tables(DType::F32);
-        let x = Tensor::zeros((1, 6, 1, 8), DType::F32, &Device::Cpu).unwrap();
-        assert!(rope_heads(&x, &cos, &sin, 7).is_err(), "positions past the tables");
+        let x = Tensor::zeros((1, 6, 8), DType::F32, &Device::Cpu).unwrap();
+        assert!(split_heads(&x, 1, Some(Rotary { cos: &cos, sin: &sin, start: 7 })).is_err(), "past the tables");
+        assert!(split_heads(&x, 3, None).is_err(), "8 features in 3 heads");
+    }
+
+    #[test]
+    fn split_and_merge_heads_are_the_transposes() {
+        for (dtype, tol) in CASES {
+            // Enough elements for the pool.
+            for (b, t, h, hd) in [(2, 5, 3, 4), (2, 300, 4, 32)] {
+                let x = var(&[b, t, h * hd], 1.0, dtype);
+                check(
+                    "split_heads",
+                    &[&x],
+                    &|ts| split_heads(&ts[0], h, None).unwrap(),
+                    &|ts| ts[0].reshape((b, t, h, hd)).unwrap().transpose(1, 2).unwrap().contiguous().unwrap(),
+                    tol,
+                );
+                let y = var(&[b, h, t, hd], 1.0, dtype);
+                check(
+                    "merge_heads",
+                    &[&y],
+                    &|ts| merge_heads(&ts[0], b, h, t).unwrap(),
+                    &|ts| ts[0].transpose(1, 2).unwrap().reshape((b, t, h * hd)).unwrap(),
+                    tol,
+                );
+                let back = merge_heads(&split_heads(x.as_tensor(), h, None).unwrap(), b, h, t).unwrap();
+                assert_eq!(max_diff(&back, x.as_tensor()), 0.0);
+            }
+        }
     }
 
     #[test]
@@ -798,5 +1065,64 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn products_and_their_gradients_match_candle_matmul() {
+        for (dtype, tol) in CASES {
+            // Batched, every transposition; one batch big enough to run per-task.
+            for (lead, m, k, n) in [(vec![2, 3], 5, 7, 4), (vec![9], 3, 2, 6)] {
+                for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                    let stored = |r: usize, c: usize, t: bool| {
+                        let mut s = lead.clone();
+                        s.extend(if t { [c, r] } else { [r, c] });
+                        s
+                    };
+                    let a = var(&stored(m, k, ta), 1.0, dtype);
+                    let b = var(&stored(k, n, tb), 1.0, dtype);
+                    check(
+                        "matmul",
+                        &[&a, &b],
+                        &|t| matmul(&t[0], &t[1], ta, tb).unwrap(),
+                        &|t| {
+                            let x = if ta { t[0].t().unwrap() } else { t[0].clone() };
+                            let y = if tb { t[1].t().unwrap() } else { t[1].clone() };
+                            x.matmul(&y).unwrap()
+                        },
+                        tol * 10.0,
+                    );
+                }
+            }
+        }
+        let empty = matmul(
+            &Tensor::zeros((2, 4, 0), DType::F32, &Device::Cpu).unwrap(),
+            &Tensor::zeros((2, 0, 3), DType::F32, &Device::Cpu).unwrap(),
+            false,
+            false,
+        )
+        .unwrap();
+        assert_eq!(empty.dims(), [2, 4, 3]);
+        assert_eq!(empty.abs().unwrap().sum_all().unwrap().to_scalar::<f32>().unwrap(), 0.0);
+        let (a, b) = (var(&[2, 3, 4], 1.0, DType::F32), var(&[2, 5, 4], 1.0, DType::F32));
+        assert!(matmul(a.as_tensor(), b.as_tensor(), false, false).is_err(), "inner sizes differ");
+    }
+
+    #[test]
+    fn linear_matches_a_product_with_the_transposed_weight() {
+        for (dtype, tol) in CASES {
+            for rows in [3, 300] {
+                let x = var(&[2, rows, 24], 1.0, dtype);
+                let w = var(&[10, 24], 1.0, dtype);
+                check(
+                    "linear",
+                    &[&x, &w],
+                    &|t| linear(&t[0], &t[1]).unwrap(),
+                    &|t| t[0].broadcast_matmul(&t[1].t().unwrap()).unwrap(),
+                    tol * 10.0,
+                );
+            }
+        }
+        let (x, w) = (var(&[2, 24], 1.0, DType::F32), var(&[10, 23], 1.0, DType::F32));
+        assert!(linear(x.as_tensor(), w.as_tensor()).is_err());
     }
 }

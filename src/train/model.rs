@@ -348,11 +348,10 @@ impl Model {
     ) -> Result<Tensor> {
         let (b, t, _) = x.dims3()?;
         let (h, kvh, hd) = (self.cfg.heads, self.cfg.kv_heads, self.cfg.head_dim());
-        // [B, T, heads, hd]; RoPE moves the heads in front of the positions.
-        let proj = |w: &Var, heads: usize| -> Result<Tensor> { Ok(linear(x, w)?.reshape((b, t, heads, hd))?) };
-        let q = layers::rope_heads(&proj(&blk.wq, h)?, &self.cos, &self.sin, start)?;
-        let mut k = layers::rope_heads(&proj(&blk.wk, kvh)?, &self.cos, &self.sin, start)?;
-        let mut v = proj(&blk.wv, kvh)?.transpose(1, 2)?.contiguous()?;
+        let rope = || Some(layers::Rotary { cos: &self.cos, sin: &self.sin, start });
+        let q = layers::split_heads(&linear(x, &blk.wq)?, h, rope())?;
+        let mut k = layers::split_heads(&linear(x, &blk.wk)?, kvh, rope())?;
+        let mut v = layers::split_heads(&linear(x, &blk.wv)?, kvh, None)?;
         if let Some(c) = cache {
             if let Some((pk, pv)) = c.as_ref() {
                 k = Tensor::cat(&[pk, &k], 2)?;
@@ -364,9 +363,9 @@ impl Model {
         // query heads that share a key/value head are stacked as rep·T rows against it.
         let rep = h / kvh;
         let q = q.reshape((b, kvh, rep * t, hd))?;
-        let scores = q.matmul(&k.t()?)?;
+        let scores = layers::matmul(&q, &k, false, true)?;
         let p = layers::causal_softmax(&scores, t, start, 1.0 / (hd as f64).sqrt())?;
-        let out = p.matmul(&v)?.reshape((b, h, t, hd))?.transpose(1, 2)?.reshape((b, t, h * hd))?;
+        let out = layers::merge_heads(&layers::matmul(&p, &v, false, false)?, b, h, t)?;
         linear(&out, &blk.wo)
     }
 
@@ -410,17 +409,8 @@ impl Model {
     }
 }
 
-/// `x · wᵀ` for x [.., in] and w [out, in], as one 2-D matmul over all leading positions.
-/// (`broadcast_matmul` would broadcast w over the batch, and its backward would materialise
-/// one weight-sized gradient per batch row before summing them.)
 fn linear(x: &Tensor, w: &Var) -> Result<Tensor> {
-    let dims = x.dims();
-    let (inner, lead) = (dims[dims.len() - 1], &dims[..dims.len() - 1]);
-    let rows: usize = lead.iter().product();
-    let y = x.reshape((rows, inner))?.matmul(&w.as_tensor().t()?)?;
-    let mut out = lead.to_vec();
-    out.push(w.dim(0)?);
-    Ok(y.reshape(out)?)
+    layers::linear(x, w.as_tensor())
 }
 
 /// `log_softmax` along the last dimension, from differentiable operations.
