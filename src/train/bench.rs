@@ -23,9 +23,13 @@ pub struct TrainBenchArgs {
     /// Tokens per sequence (half prompt, half completion).
     #[arg(long, default_value_t = 256)]
     seq_len: usize,
-    /// Timed steps (after one warm-up step).
+    /// Timed steps (after one warm-up step), at least.
     #[arg(long, default_value_t = 3)]
     steps: usize,
+    /// Keep stepping until this many seconds have passed (both sides): the tiny model's step
+    /// takes milliseconds, and a few of them are too short to time on a shared machine.
+    #[arg(long, default_value_t = 3.0)]
+    min_seconds: f64,
     /// Model shapes to measure: tiny, smollm2 (random weights of SmolLM2-135M's shape).
     #[arg(long, value_delimiter = ',', default_value = "tiny,smollm2")]
     models: Vec<String>,
@@ -82,10 +86,12 @@ fn swelake_step(cfg: &Config, a: &TrainBenchArgs) -> Result<f64> {
     let groups = vec![Group { id: "bench".into(), seqs }];
     t.step(&groups)?;
     let start = Instant::now();
-    for _ in 0..a.steps {
+    let mut done = 0;
+    while done < a.steps || start.elapsed().as_secs_f64() < a.min_seconds {
         t.step(&groups)?;
+        done += 1;
     }
-    let per_step = start.elapsed().as_secs_f64() / a.steps as f64;
+    let per_step = start.elapsed().as_secs_f64() / done as f64;
     Ok((a.batch * a.seq_len) as f64 / per_step)
 }
 
@@ -105,7 +111,7 @@ fn torch_step(cfg: &Config, a: &TrainBenchArgs) -> Result<Option<f64>> {
     let arg = serde_json::json!({
         "vocab": cfg.vocab, "dim": cfg.dim, "layers": cfg.layers, "heads": cfg.heads, "kv_heads": cfg.kv_heads,
         "hidden": cfg.hidden, "rope_theta": cfg.rope_theta, "eps": cfg.eps, "batch": a.batch, "seq_len": a.seq_len,
-        "steps": a.steps, "threads": threads,
+        "steps": a.steps, "min_seconds": a.min_seconds, "threads": threads,
     });
     let out = std::process::Command::new(&a.python).arg(&script).arg(arg.to_string()).output()?;
     if !out.status.success() {
@@ -118,10 +124,11 @@ fn torch_step(cfg: &Config, a: &TrainBenchArgs) -> Result<Option<f64>> {
 pub fn run(a: &TrainBenchArgs) -> Result<()> {
     let kept = crate::memory::keep_freed_memory();
     println!(
-        "GRPO train step, batch {} x {} tokens, {} timed steps, {} threads, matmul kernels {}, freed memory {}",
+        "GRPO train step, batch {} x {} tokens, at least {} timed steps and {} s, {} threads, matmul kernels {}, freed memory {}",
         a.batch,
         a.seq_len,
         a.steps,
+        a.min_seconds,
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         matmul_kernels(),
         if kept { "kept for reuse" } else { "returned to the OS (allocator default)" },

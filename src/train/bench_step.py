@@ -15,7 +15,7 @@ torch.manual_seed(0)
 torch.set_num_threads(cfg["threads"])
 V, D, L, H, KV, HID = cfg["vocab"], cfg["dim"], cfg["layers"], cfg["heads"], cfg["kv_heads"], cfg["hidden"]
 HD = D // H
-B, T, STEPS = cfg["batch"], cfg["seq_len"], cfg["steps"]
+B, T, STEPS, MIN_S = cfg["batch"], cfg["seq_len"], cfg["steps"], cfg["min_seconds"]
 
 
 def p(*shape):
@@ -86,8 +86,11 @@ def step():
 
 
 step()
+# At least STEPS steps and MIN_S seconds (the same rule as the Rust side).
 t0 = time.perf_counter()
-for _ in range(STEPS):
+done = 0
+while done < STEPS or time.perf_counter() - t0 < MIN_S:
     step()
-dt = (time.perf_counter() - t0) / STEPS
+    done += 1
+dt = (time.perf_counter() - t0) / done
 print(json.dumps({"tokens_per_s": B * T / dt, "step_s": dt}))
