@@ -65,21 +65,26 @@ trait Float: Copy + Send + Sync + PartialOrd + std::ops::Sub<Output = Self> + 's
 }
 
 impl Float for f64 {
+    #[inline(always)]
     fn to_f64(self) -> f64 {
         self
     }
+    #[inline(always)]
     fn from_f64(x: f64) -> Self {
         x
     }
+    #[inline(always)]
     fn neg_infinity() -> Self {
         f64::NEG_INFINITY
     }
+    #[inline(always)]
     fn sum_exp(row: &[f64], shift: f64) -> (f64, f64) {
         row.iter().fold((0.0, 0.0), |(s, sx), &x| {
             let e = (x - shift).exp();
             (s + e, sx + e * (x - shift))
         })
     }
+    #[inline(always)]
     fn scaled_exp(row: &[f64], shift: f64, scale: f64, out: &mut [f64]) {
         for (o, &x) in out.iter_mut().zip(row) {
             *o = scale * (x - shift).exp();
@@ -87,18 +92,22 @@ impl Float for f64 {
     }
 }
 
-const LANES: usize = 16;
+pub(super) const LANES: usize = 16;
 
 impl Float for f32 {
+    #[inline(always)]
     fn to_f64(self) -> f64 {
         self as f64
     }
+    #[inline(always)]
     fn from_f64(x: f64) -> Self {
         x as f32
     }
+    #[inline(always)]
     fn neg_infinity() -> Self {
         f32::NEG_INFINITY
     }
+    #[inline(always)]
     fn sum_exp(row: &[f32], shift: f32) -> (f64, f64) {
         let (mut s, mut sx) = (0f64, 0f64);
         for block in row.chunks(1024) {
@@ -123,6 +132,7 @@ impl Float for f32 {
         }
         (s, sx)
     }
+    #[inline(always)]
     fn scaled_exp(row: &[f32], shift: f32, scale: f64, out: &mut [f32]) {
         let scale = scale as f32;
         for (o, &x) in out.iter_mut().zip(row) {
@@ -152,13 +162,84 @@ pub(super) fn exp_f32(x: f32) -> f32 {
     p * f32::from_bits(((ni + 127) as u32) << 23)
 }
 
-fn row_max<T: Float>(row: &[T]) -> T {
-    row.iter().copied().fold(T::neg_infinity(), |a, b| if b > a { b } else { a })
+/// The row's maximum, from 16 running maxima so that the loop vectorises.
+#[inline(always)]
+pub(super) fn row_max<T: Copy + PartialOrd>(row: &[T], lowest: T) -> T {
+    let max = |a: T, b: T| if b > a { b } else { a };
+    let mut acc = [lowest; LANES];
+    let mut lanes = row.chunks_exact(LANES);
+    for c in &mut lanes {
+        for i in 0..LANES {
+            acc[i] = max(acc[i], c[i]);
+        }
+    }
+    let m = lanes.remainder().iter().fold(lowest, |a, &b| max(a, b));
+    acc.iter().fold(m, |a, &b| max(a, b))
 }
 
+/// Which vector extensions the kernels may use: 2 AVX-512, 1 AVX2/FMA, 0 the baseline.
+#[cfg(target_arch = "x86_64")]
+pub(super) fn simd_level() -> u8 {
+    use std::sync::OnceLock;
+    static LEVEL: OnceLock<u8> = OnceLock::new();
+    SIMD_CAP.load(std::sync::atomic::Ordering::Relaxed).min(*LEVEL.get_or_init(|| {
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            2
+        } else if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+            1
+        } else {
+            0
+        }
+    }))
+}
+
+/// The highest level [`simd_level`] may return: tests lower it to compare the paths.
+static SIMD_CAP: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(u8::MAX);
+
+#[cfg(test)]
+pub(super) fn cap_simd_level(level: u8) {
+    SIMD_CAP.store(level, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// Defines a kernel function that runs compiled for AVX-512 or AVX2/FMA when the CPU has
+/// them. The crate is built for baseline x86-64 (SSE2); the kernels' loops are written to
+/// vectorise, and the exp-heavy ones run several times faster on wider vectors. Results do not
+/// depend on the path taken: Rust never contracts a·b + c into an FMA, and every reduction
+/// keeps a fixed order over 16 lanes. The body is an `inline(always)` function so that it is
+/// compiled into each feature-specific copy (a closure would stay a separate baseline call).
+macro_rules! simd_fn {
+    ($(#[$m:meta])* $vis:vis fn $name:ident<$T:ident: $bound:path>($($a:ident: $ty:ty),* $(,)?) $(-> $ret:ty)? $body:block) => {
+        $(#[$m])*
+        $vis fn $name<$T: $bound>($($a: $ty),*) $(-> $ret)? {
+            #[inline(always)]
+            fn body<$T: $bound>($($a: $ty),*) $(-> $ret)? $body
+            #[cfg(target_arch = "x86_64")]
+            {
+                #[target_feature(enable = "avx512f,avx2,fma")]
+                unsafe fn v4<$T: $bound>($($a: $ty),*) $(-> $ret)? {
+                    body($($a),*)
+                }
+                #[target_feature(enable = "avx2,fma")]
+                unsafe fn v3<$T: $bound>($($a: $ty),*) $(-> $ret)? {
+                    body($($a),*)
+                }
+                match $crate::train::fused::simd_level() {
+                    // SAFETY: the CPU has these features (detected at run time).
+                    2 => return unsafe { v4($($a),*) },
+                    1 => return unsafe { v3($($a),*) },
+                    _ => {}
+                }
+            }
+            body($($a),*)
+        }
+    };
+}
+pub(super) use simd_fn;
+
 /// Row maximum and `ln Σ exp(x)` (the log-sum-exp).
+#[inline(always)]
 fn max_and_lse<T: Float>(row: &[T]) -> (T, f64) {
-    let m = row_max(row);
+    let m = row_max(row, T::neg_infinity());
     let (s, _) = T::sum_exp(row, m);
     (m, m.to_f64() + s.ln())
 }
@@ -180,14 +261,18 @@ fn targets<'a>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&
 /// Log-probability of each row's target: logits [N, V] (f32/f64), targets [N] (u32) → [N].
 struct TargetLogprob;
 
+simd_fn! {
+    fn logprob_row<T: Float>(row: &[T], t: u32) -> T {
+        let (_, lse) = max_and_lse(row);
+        T::from_f64(row[t as usize].to_f64() - lse)
+    }
+}
+
 fn logprob_rows<T: Float>(x: &[T], t: &[u32], v: usize) -> candle_core::Result<Vec<T>> {
     if t.iter().any(|&t| t as usize >= v) {
         candle_core::bail!("target token id out of the vocabulary ({v})");
     }
-    let f = |(row, &t): (&[T], &u32)| {
-        let (_, lse) = max_and_lse(row);
-        T::from_f64(row[t as usize].to_f64() - lse)
-    };
+    let f = |(row, &t): (&[T], &u32)| logprob_row(row, t);
     Ok(if x.len() < PARALLEL_FROM {
         x.chunks(v).zip(t).map(f).collect()
     } else {
@@ -232,14 +317,18 @@ impl CustomOp2 for TargetLogprob {
 /// d(logprob)/d(logits) times the incoming gradient: `g · (onehot(target) − softmax(row))`.
 struct TargetLogprobGrad;
 
-fn logprob_grad_rows<T: Float>(x: &[T], t: &[u32], g: &[T], v: usize) -> Vec<T> {
-    let mut out = vec![T::from_f64(0.0); x.len()];
-    let f = |o: &mut [T], row: &[T], t: u32, g: T| {
+simd_fn! {
+    fn logprob_grad_row<T: Float>(o: &mut [T], row: &[T], t: u32, g: T) {
         let (_, lse) = max_and_lse(row);
         let g = g.to_f64();
         T::scaled_exp(row, T::from_f64(lse), -g, o);
         o[t as usize] = T::from_f64(o[t as usize].to_f64() + g);
-    };
+    }
+}
+
+fn logprob_grad_rows<T: Float>(x: &[T], t: &[u32], g: &[T], v: usize) -> Vec<T> {
+    let mut out = vec![T::from_f64(0.0); x.len()];
+    let f = logprob_grad_row;
     if x.len() < PARALLEL_FROM {
         out.chunks_mut(v).zip(x.chunks(v)).zip(t.iter().zip(g)).for_each(|((o, row), (&t, &g))| f(o, row, t, g));
     } else {
@@ -283,13 +372,17 @@ impl CustomOp3 for TargetLogprobGrad {
 /// Entropy of each row: `lse − Σ softmax·x`, from one max pass and one exp pass.
 struct Entropy;
 
-fn entropy_rows<T: Float>(x: &[T], v: usize) -> Vec<T> {
-    let f = |row: &[T]| {
-        let m = row_max(row);
+simd_fn! {
+    fn entropy_row<T: Float>(row: &[T]) -> T {
+        let m = row_max(row, T::neg_infinity());
         let (s, sx) = T::sum_exp(row, m);
         // H = lse − Σ p·x, with lse = m + ln Σe and Σ p·x = m + Σ e·(x − m) / Σ e.
         T::from_f64(s.ln() - sx / s)
-    };
+    }
+}
+
+fn entropy_rows<T: Float>(x: &[T], v: usize) -> Vec<T> {
+    let f = entropy_row;
     if x.len() < PARALLEL_FROM {
         x.chunks(v).map(f).collect()
     } else {

@@ -17,7 +17,7 @@ use anyhow::{Context, Result};
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use super::fused::{exp_f32, fusable, slices, PARALLEL_FROM};
+use super::fused::{exp_f32, fusable, row_max, simd_fn, slices, LANES, PARALLEL_FROM};
 
 /// The element types of the kernels.
 trait Real:
@@ -47,9 +47,11 @@ trait Real:
 impl Real for f32 {
     const ZERO: f32 = 0.0;
     const ONE: f32 = 1.0;
+    #[inline(always)]
     fn of(x: f64) -> f32 {
         x as f32
     }
+    #[inline(always)]
     fn sqrt(self) -> f32 {
         f32::sqrt(self)
     }
@@ -71,12 +73,15 @@ impl Real for f32 {
 impl Real for f64 {
     const ZERO: f64 = 0.0;
     const ONE: f64 = 1.0;
+    #[inline(always)]
     fn of(x: f64) -> f64 {
         x
     }
+    #[inline(always)]
     fn sqrt(self) -> f64 {
         f64::sqrt(self)
     }
+    #[inline(always)]
     fn exp_nonpos(self) -> f64 {
         self.exp()
     }
@@ -124,8 +129,6 @@ fn each_row<T: Send, F: Fn(usize, &mut [T]) + Sync + Send>(out: &mut [T], width:
     }
 }
 
-const LANES: usize = 16;
-
 /// Σ a·b with 16 partial sums, so that the loop vectorises.
 #[inline(always)]
 fn dot<T: Real>(a: &[T], b: &[T]) -> T {
@@ -141,6 +144,20 @@ fn dot<T: Real>(a: &[T], b: &[T]) -> T {
     for (&x, &y) in ra.iter().zip(rb) {
         s += x * y;
     }
+    acc.iter().fold(s, |s, &v| s + v)
+}
+
+/// Σ a with 16 partial sums, so that the loop vectorises.
+#[inline(always)]
+fn sum<T: Real>(a: &[T]) -> T {
+    let mut acc = [T::ZERO; LANES];
+    let mut lanes = a.chunks_exact(LANES);
+    for x in &mut lanes {
+        for i in 0..LANES {
+            acc[i] += x[i];
+        }
+    }
+    let s = lanes.remainder().iter().fold(T::ZERO, |s, &x| s + x);
     acc.iter().fold(s, |s, &v| s + v)
 }
 
@@ -165,9 +182,42 @@ struct RmsNorm {
     eps: f64,
 }
 
+#[inline(always)]
 fn inv_rms<T: Real>(row: &[T], eps: f64) -> T {
     let ms = dot(row, row) / T::of(row.len() as f64);
     T::ONE / (ms + T::of(eps)).sqrt()
+}
+
+simd_fn! {
+    fn rms_row<T: Real>(out: &mut [T], row: &[T], w: &[T], eps: f64) {
+        let r = inv_rms(row, eps);
+        for ((o, &v), &w) in out.iter_mut().zip(row).zip(w) {
+            *o = v * r * w;
+        }
+    }
+}
+
+simd_fn! {
+    /// dx for `rows` consecutive rows, and their share of dw.
+    fn rms_grad_rows<T: Real>(dx: &mut [T], x: &[T], dy: &[T], w: &[T], eps: f64) -> Vec<T> {
+        let d = w.len();
+        let mut part = vec![T::ZERO; d];
+        let mut a = vec![T::ZERO; d];
+        for ((dxr, row), g) in dx.chunks_mut(d).zip(x.chunks(d)).zip(dy.chunks(d)) {
+            let r = inv_rms(row, eps);
+            for ((a, &g), &w) in a.iter_mut().zip(g).zip(w) {
+                *a = g * w;
+            }
+            let c = r * r * dot(&a, row) / T::of(d as f64);
+            for ((o, &a), &v) in dxr.iter_mut().zip(&a).zip(row) {
+                *o = r * (a - v * c);
+            }
+            for ((p, &g), &v) in part.iter_mut().zip(g).zip(row) {
+                *p += g * v * r;
+            }
+        }
+        part
+    }
 }
 
 impl CustomOp2 for RmsNorm {
@@ -189,13 +239,7 @@ impl CustomOp2 for RmsNorm {
                 candle_core::bail!("rms-norm: weight of {} for rows of {d}", w.len());
             }
             let mut y = vec![T::ZERO; x.len()];
-            each_row(&mut y, d, |i, out| {
-                let row = &x[i * d..(i + 1) * d];
-                let r = inv_rms(row, self.eps);
-                for ((o, &v), &w) in out.iter_mut().zip(row).zip(w) {
-                    *o = v * r * w;
-                }
-            });
+            each_row(&mut y, d, |i, out| rms_row(out, &x[i * d..(i + 1) * d], w, self.eps));
             Ok((T::storage(y), l1.shape().clone()))
         })
     }
@@ -244,25 +288,9 @@ impl CustomOp3 for RmsNormGrad {
             let (x, w, dy) = (input::<T>(s1, l1, name)?, input::<T>(s2, l2, name)?, input::<T>(s3, l3, name)?);
             let mut out = vec![T::ZERO; n * d + d];
             let (dx, dw) = out.split_at_mut(n * d);
-            let block = |(b, dx): (usize, &mut [T])| -> Vec<T> {
-                let mut part = vec![T::ZERO; d];
-                let mut a = vec![T::ZERO; d];
-                for (k, dxr) in dx.chunks_mut(d).enumerate() {
-                    let i = b * NORM_BLOCK_ROWS + k;
-                    let (row, g) = (&x[i * d..(i + 1) * d], &dy[i * d..(i + 1) * d]);
-                    let r = inv_rms(row, self.eps);
-                    for ((a, &g), &w) in a.iter_mut().zip(g).zip(w) {
-                        *a = g * w;
-                    }
-                    let c = r * r * dot(&a, row) / T::of(d as f64);
-                    for ((o, &a), &v) in dxr.iter_mut().zip(&a).zip(row) {
-                        *o = r * (a - v * c);
-                    }
-                    for ((p, &g), &v) in part.iter_mut().zip(g).zip(row) {
-                        *p += g * v * r;
-                    }
-                }
-                part
+            let block = |(b, dx): (usize, &mut [T])| {
+                let rows = b * NORM_BLOCK_ROWS * d..b * NORM_BLOCK_ROWS * d + dx.len();
+                rms_grad_rows(dx, &x[rows.clone()], &dy[rows], w, self.eps)
             };
             let parts: Vec<Vec<T>> = if dx.len() < PARALLEL_FROM {
                 dx.chunks_mut(NORM_BLOCK_ROWS * d).enumerate().map(block).collect()
@@ -473,6 +501,28 @@ impl CausalSoftmax {
     }
 }
 
+simd_fn! {
+    fn softmax_row<T: Real>(o: &mut [T], src: &[T], scale: T) {
+        let m = row_max(src, src[0]) * scale;
+        for (o, &v) in o.iter_mut().zip(src) {
+            *o = (v * scale - m).exp_nonpos();
+        }
+        let inv = T::ONE / sum(o);
+        for o in o.iter_mut() {
+            *o *= inv;
+        }
+    }
+}
+
+simd_fn! {
+    fn softmax_grad_row<T: Real>(o: &mut [T], p: &[T], dp: &[T], scale: T) {
+        let c = dot(p, dp);
+        for ((o, &p), &g) in o.iter_mut().zip(p).zip(dp) {
+            *o = scale * p * (g - c);
+        }
+    }
+}
+
 impl CustomOp1 for CausalSoftmax {
     fn name(&self) -> &'static str {
         "causal-softmax"
@@ -486,17 +536,7 @@ impl CustomOp1 for CausalSoftmax {
             let mut out = vec![T::ZERO; x.len()];
             each_row(&mut out, s, |row, o| {
                 let n = self.visible(row);
-                let (src, o) = (&x[row * s..row * s + n], &mut o[..n]);
-                let m = src.iter().fold(src[0], |a, &b| if b > a { b } else { a }) * scale;
-                let mut sum = T::ZERO;
-                for (o, &v) in o.iter_mut().zip(src) {
-                    *o = (v * scale - m).exp_nonpos();
-                    sum += *o;
-                }
-                let inv = T::ONE / sum;
-                for o in o.iter_mut() {
-                    *o *= inv;
-                }
+                softmax_row(&mut o[..n], &x[row * s..row * s + n], scale)
             });
             Ok((T::storage(out), l.shape().clone()))
         })
@@ -529,11 +569,7 @@ impl CustomOp2 for CausalSoftmaxGrad {
             let mut out = vec![T::ZERO; p.len()];
             each_row(&mut out, s, |row, o| {
                 let n = self.0.visible(row);
-                let (p, dp) = (&p[row * s..row * s + n], &dp[row * s..row * s + n]);
-                let c = dot(p, dp);
-                for ((o, &p), &g) in o[..n].iter_mut().zip(p).zip(dp) {
-                    *o = scale * p * (g - c);
-                }
+                softmax_grad_row(&mut o[..n], &p[row * s..row * s + n], &dp[row * s..row * s + n], scale)
             });
             Ok((T::storage(out), l1.shape().clone()))
         })
@@ -566,6 +602,24 @@ fn sigmoid<T: Real>(g: T) -> T {
 
 struct SwiGlu;
 
+simd_fn! {
+    fn swiglu_chunk<T: Real>(o: &mut [T], g: &[T], u: &[T]) {
+        for ((o, &g), &u) in o.iter_mut().zip(g).zip(u) {
+            *o = g * sigmoid(g) * u;
+        }
+    }
+}
+
+simd_fn! {
+    fn swiglu_grad_chunk<T: Real>(dg: &mut [T], du: &mut [T], g: &[T], u: &[T], d: &[T]) {
+        for ((((dg, du), &g), &u), &d) in dg.iter_mut().zip(du).zip(g).zip(u).zip(d) {
+            let s = sigmoid(g);
+            *dg = d * u * s * (T::ONE + g * (T::ONE - s));
+            *du = d * g * s;
+        }
+    }
+}
+
 impl CustomOp2 for SwiGlu {
     fn name(&self) -> &'static str {
         "swiglu"
@@ -581,12 +635,7 @@ impl CustomOp2 for SwiGlu {
         by_dtype!(s1, self.name(), T => {
             let (g, u) = (input::<T>(s1, l1, self.name())?, input::<T>(s2, l2, self.name())?);
             let mut out = vec![T::ZERO; g.len()];
-            each_row(&mut out, CHUNK, |i, o| {
-                let at = i * CHUNK;
-                for ((o, &g), &u) in o.iter_mut().zip(&g[at..]).zip(&u[at..]) {
-                    *o = g * sigmoid(g) * u;
-                }
-            });
+            each_row(&mut out, CHUNK, |i, o| swiglu_chunk(o, &g[i * CHUNK..], &u[i * CHUNK..]));
             Ok((T::storage(out), l1.shape().clone()))
         })
     }
@@ -634,11 +683,7 @@ impl CustomOp3 for SwiGluGrad {
             let (dg, du) = out.split_at_mut(n);
             let f = |(i, (dg, du)): (usize, (&mut [T], &mut [T]))| {
                 let at = i * CHUNK;
-                for ((((dg, du), &g), &u), &d) in dg.iter_mut().zip(du).zip(&g[at..]).zip(&u[at..]).zip(&d[at..]) {
-                    let s = sigmoid(g);
-                    *dg = d * u * s * (T::ONE + g * (T::ONE - s));
-                    *du = d * g * s;
-                }
+                swiglu_grad_chunk(dg, du, &g[at..], &u[at..], &d[at..])
             };
             if n < PARALLEL_FROM {
                 dg.chunks_mut(CHUNK).zip(du.chunks_mut(CHUNK)).enumerate().for_each(f);
@@ -1124,5 +1169,45 @@ mod tests {
         }
         let (x, w) = (var(&[2, 24], 1.0, DType::F32), var(&[10, 23], 1.0, DType::F32));
         assert!(linear(x.as_tensor(), w.as_tensor()).is_err());
+    }
+
+    /// Every vector path gives the same bits (no FMA contraction, fixed reduction order).
+    #[test]
+    fn kernels_give_identical_bits_on_every_vector_extension() {
+        let x = var(&[70, 3, 40], 3.0, DType::F32);
+        let w = var(&[40], 1.0, DType::F32);
+        let t = Tensor::new((0..210u32).map(|i| i * 7 % 40).collect::<Vec<_>>(), &Device::Cpu)
+            .unwrap()
+            .reshape((70, 3))
+            .unwrap();
+        let run = || -> Vec<Vec<f32>> {
+            let x = x.as_tensor();
+            let outs = [
+                rms_norm(x, w.as_tensor(), 1e-5).unwrap(),
+                causal_softmax(x, 3, 37, 0.3).unwrap(),
+                swiglu(x, &x.sin().unwrap()).unwrap(),
+                super::super::fused::target_logprobs(x, &t).unwrap(),
+                super::super::fused::entropy(x).unwrap(),
+            ];
+            let loss = outs.iter().fold(Tensor::zeros((), DType::F32, &Device::Cpu).unwrap(), |acc, o| {
+                let wgt = o.ones_like().unwrap().cumsum(D::Minus1).unwrap().sin().unwrap();
+                (acc + (o * wgt).unwrap().sum_all().unwrap()).unwrap()
+            });
+            let g = loss.backward().unwrap();
+            outs.iter()
+                .chain([g.get(x).unwrap(), g.get(w.as_tensor()).unwrap()])
+                .map(|o| o.flatten_all().unwrap().to_vec1().unwrap())
+                .collect()
+        };
+        let widest = run();
+        for level in [1, 0] {
+            super::super::fused::cap_simd_level(level);
+            let got = run();
+            super::super::fused::cap_simd_level(u8::MAX);
+            for (i, (a, b)) in widest.iter().zip(&got).enumerate() {
+                let same = a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(same, "output {i} differs at vector level {level}");
+            }
+        }
     }
 }
