@@ -158,8 +158,9 @@ pub(super) fn exp_f32(x: f32) -> f32 {
     let r = x - n * 0.693_359_4 + n * 2.121_944_4e-4;
     let p = 1.0
         + r * (1.0 + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_668 + r * (0.008_333_452 + r * 0.001_388_949_4)))));
-    let ni = shifted.to_bits() as i32 - MAGIC.to_bits() as i32;
-    p * f32::from_bits(((ni + 127) as u32) << 23)
+    // Wrapping arithmetic: an overflow check (debug builds) would be a branch in the loop.
+    let biased = shifted.to_bits().wrapping_sub(MAGIC.to_bits()).wrapping_add(127);
+    p * f32::from_bits(biased << 23)
 }
 
 /// The row's maximum, from 16 running maxima so that the loop vectorises.
