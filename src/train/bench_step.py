@@ -59,14 +59,15 @@ def forward(tok):
         x = x + a @ params[f"{i}.wo"].T
         h = rms(x, params[f"{i}.fn"])
         x = x + (F.silu(h @ params[f"{i}.wg"].T) * (h @ params[f"{i}.wu"].T)) @ params[f"{i}.wd"].T
-    return rms(x, params["norm"]) @ params["embed"].T
+    # The head only where there are completion tokens, as the Rust step does: prompt
+    # positions' logits are never used.
+    return rms(x[:, T // 2:], params["norm"]) @ params["embed"].T
 
 
 opt = torch.optim.AdamW(params.values(), lr=1e-5, weight_decay=0.01)
 tokens = torch.randint(0, V, (B, T + 1))
-inp, tgt = tokens[:, :-1], tokens[:, 1:]
-comp = torch.zeros(B, T)
-comp[:, T // 2:] = 1.0
+inp, tgt = tokens[:, :-1], tokens[:, 1 + T // 2:]
+comp = torch.ones(B, T - T // 2)
 adv = torch.tensor([1.0 if b % 2 == 0 else -1.0 for b in range(B)])[:, None]
 
 
