@@ -20,7 +20,7 @@ use rayon::prelude::*;
 use super::fused::{exp_f32, fusable, row_max, simd_fn, slices, LANES, PARALLEL_FROM};
 
 /// The element types of the kernels.
-trait Real:
+pub(super) trait Real:
     Copy
     + Send
     + Sync
@@ -41,6 +41,7 @@ trait Real:
     /// `e^x` for x <= 0.
     fn exp_nonpos(self) -> Self;
     fn data(s: &CpuStorage) -> Option<&[Self]>;
+    fn data_mut(s: &mut CpuStorage) -> Option<&mut [Self]>;
     fn storage(v: Vec<Self>) -> CpuStorage;
 }
 
@@ -60,6 +61,12 @@ impl Real for f32 {
         exp_f32(self)
     }
     fn data(s: &CpuStorage) -> Option<&[f32]> {
+        match s {
+            CpuStorage::F32(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn data_mut(s: &mut CpuStorage) -> Option<&mut [f32]> {
         match s {
             CpuStorage::F32(v) => Some(v),
             _ => None,
@@ -86,6 +93,12 @@ impl Real for f64 {
         self.exp()
     }
     fn data(s: &CpuStorage) -> Option<&[f64]> {
+        match s {
+            CpuStorage::F64(v) => Some(v),
+            _ => None,
+        }
+    }
+    fn data_mut(s: &mut CpuStorage) -> Option<&mut [f64]> {
         match s {
             CpuStorage::F64(v) => Some(v),
             _ => None,

@@ -159,13 +159,15 @@ struct Hyper {
     scale: f64,
 }
 
-/// AdamW on CPU in place: one pass per moment and one for the weights, where the composed
+/// AdamW on CPU in place, in one pass over weights, gradient and moments, where the composed
 /// tensor expressions make ~14 passes and as many fresh weight-sized allocations (for
 /// SmolLM2, 540 MB each, page-faulted in every step).
 mod fused {
+    use super::super::fused::simd_fn;
+    use super::super::layers::Real;
     use super::Hyper;
     use anyhow::Result;
-    use candle_core::{CpuStorage, CustomOp1, DType, InplaceOp2, InplaceOp3, Layout, Shape, Tensor};
+    use candle_core::{CpuStorage, CustomOp1, DType, InplaceOp1, InplaceOp2, Layout, Shape, Tensor};
     use rayon::prelude::*;
 
     const CHUNK: usize = 1 << 14;
@@ -237,106 +239,136 @@ mod fused {
             return Ok(false);
         }
         let g = g.contiguous()?;
-        m.inplace_op2(&g, &Moment { beta: h.b1, scale: h.scale, square: false })?;
-        v.inplace_op2(&g, &Moment { beta: h.b2, scale: h.scale, square: true })?;
-        w.inplace_op3(m, v, &Step(h))?;
+        // candle lends one storage mutably per in-place op; nesting three of them (on m, then
+        // v, then w) makes all three writable at once, so the update is a single pass.
+        m.inplace_op1(&OnM { w, g: &g, v, h })?;
         Ok(true)
     }
 
-    /// `m ← β·m + (1 − β)·(s·g)`, or with `(s·g)²` for the second moment.
-    struct Moment {
-        beta: f64,
-        scale: f64,
-        square: bool,
+    /// A slice of a storage that an enclosing in-place op holds locked for writing.
+    struct Locked<T> {
+        ptr: *mut T,
+        len: usize,
+    }
+    // SAFETY: the pointee is locked by the enclosing op for the whole nested call, and each
+    // element is written by one thread only (the chunks below are disjoint).
+    unsafe impl<T> Send for Locked<T> {}
+    unsafe impl<T> Sync for Locked<T> {}
+
+    fn lock_mut<T>(s: &mut [T], l: &Layout) -> candle_core::Result<Locked<T>> {
+        let s = contiguous_mut(s, l)?;
+        Ok(Locked { ptr: s.as_mut_ptr(), len: s.len() })
     }
 
-    macro_rules! moment {
-        ($m:expr, $g:expr, $op:expr, $t:ty) => {{
-            let (beta, scale) = ($op.beta as $t, $op.scale as $t);
-            let square = $op.square;
-            let f = |m: &mut [$t], g: &[$t]| {
-                for (m, &g) in m.iter_mut().zip(g) {
-                    let g = scale * g;
-                    let x = if square { g * g } else { g };
-                    *m = beta * *m + (1.0 - beta) * x;
-                }
-            };
-            let (m, g) = ($m, $g);
-            if m.len() < PARALLEL_FROM {
-                f(m, g)
-            } else {
-                m.par_chunks_mut(CHUNK).zip(g.par_chunks(CHUNK)).for_each(|(m, g)| f(m, g));
-            }
-        }};
+    struct OnM<'a> {
+        w: &'a Tensor,
+        g: &'a Tensor,
+        v: &'a Tensor,
+        h: Hyper,
     }
 
-    impl InplaceOp2 for Moment {
+    impl InplaceOp1 for OnM<'_> {
         fn name(&self) -> &'static str {
-            "adamw-moment"
+            "adamw"
+        }
+
+        fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
+            let m = match s {
+                CpuStorage::F32(m) => Moments::F32(lock_mut(m, l)?),
+                CpuStorage::F64(m) => Moments::F64(lock_mut(m, l)?),
+                _ => candle_core::bail!("adamw: f32 or f64 only"),
+            };
+            self.v.inplace_op1(&OnV { w: self.w, g: self.g, m, h: self.h })
+        }
+    }
+
+    enum Moments {
+        F32(Locked<f32>),
+        F64(Locked<f64>),
+    }
+
+    struct OnV<'a> {
+        w: &'a Tensor,
+        g: &'a Tensor,
+        m: Moments,
+        h: Hyper,
+    }
+
+    impl InplaceOp1 for OnV<'_> {
+        fn name(&self) -> &'static str {
+            "adamw"
+        }
+
+        fn cpu_fwd(&self, s: &mut CpuStorage, l: &Layout) -> candle_core::Result<()> {
+            match (&self.m, s) {
+                (Moments::F32(m), CpuStorage::F32(v)) => {
+                    self.w.inplace_op2(self.g, &OnW { m, v: lock_mut(v, l)?, h: self.h })
+                }
+                (Moments::F64(m), CpuStorage::F64(v)) => {
+                    self.w.inplace_op2(self.g, &OnW { m, v: lock_mut(v, l)?, h: self.h })
+                }
+                _ => candle_core::bail!("adamw: moments of different dtypes"),
+            }
+        }
+    }
+
+    struct OnW<'a, T> {
+        m: &'a Locked<T>,
+        v: Locked<T>,
+        h: Hyper,
+    }
+
+    impl<T: Real> InplaceOp2 for OnW<'_, T> {
+        fn name(&self) -> &'static str {
+            "adamw"
         }
 
         fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<()> {
-            match (s1, s2) {
-                (CpuStorage::F32(m), CpuStorage::F32(g)) => {
-                    moment!(contiguous_mut(m, l1)?, contiguous(g, l2)?, self, f32)
-                }
-                (CpuStorage::F64(m), CpuStorage::F64(g)) => {
-                    moment!(contiguous_mut(m, l1)?, contiguous(g, l2)?, self, f64)
-                }
-                _ => candle_core::bail!("adamw-moment: f32 or f64 only"),
-            }
-            Ok(())
-        }
-    }
-
-    /// `w ← w·(1 − lr·wd) − lr · (m/c1) / (√(v/c2) + eps)`, as the composed expressions.
-    struct Step(Hyper);
-
-    macro_rules! step {
-        ($w:expr, $m:expr, $v:expr, $h:expr, $t:ty) => {{
-            let h = $h;
-            let (decay, lr, c1, c2, eps) = ((1.0 - h.lr * h.wd) as $t, h.lr as $t, h.c1 as $t, h.c2 as $t, h.eps as $t);
-            let f = |w: &mut [$t], m: &[$t], v: &[$t]| {
-                for ((w, &m), &v) in w.iter_mut().zip(m).zip(v) {
-                    let update = (m / c1) / ((v / c2).sqrt() + eps);
-                    *w = *w * decay - update * lr;
-                }
+            let w = match T::data_mut(s1) {
+                Some(w) => contiguous_mut(w, l1)?,
+                None => candle_core::bail!("adamw: weights and moments of different dtypes"),
             };
-            let (w, m, v) = ($w, $m, $v);
+            let g = match T::data(s2) {
+                Some(g) => contiguous(g, l2)?,
+                None => candle_core::bail!("adamw: weights and gradient of different dtypes"),
+            };
+            if g.len() != w.len() || self.m.len != w.len() || self.v.len != w.len() {
+                candle_core::bail!("adamw: gradient or moments of another size than the weights");
+            }
+            // SAFETY: m and v are distinct tensors from w (and from each other), locked for
+            // writing by the enclosing ops for the duration of this call.
+            let (m, v) = unsafe {
+                (
+                    std::slice::from_raw_parts_mut(self.m.ptr, self.m.len),
+                    std::slice::from_raw_parts_mut(self.v.ptr, self.v.len),
+                )
+            };
+            let h = self.h;
             if w.len() < PARALLEL_FROM {
-                f(w, m, v)
+                adamw_chunk(w, g, m, v, h);
             } else {
                 w.par_chunks_mut(CHUNK)
-                    .zip(m.par_chunks(CHUNK).zip(v.par_chunks(CHUNK)))
-                    .for_each(|(w, (m, v))| f(w, m, v));
-            }
-        }};
-    }
-
-    impl InplaceOp3 for Step {
-        fn name(&self) -> &'static str {
-            "adamw-step"
-        }
-
-        fn cpu_fwd(
-            &self,
-            s1: &mut CpuStorage,
-            l1: &Layout,
-            s2: &CpuStorage,
-            l2: &Layout,
-            s3: &CpuStorage,
-            l3: &Layout,
-        ) -> candle_core::Result<()> {
-            match (s1, s2, s3) {
-                (CpuStorage::F32(w), CpuStorage::F32(m), CpuStorage::F32(v)) => {
-                    step!(contiguous_mut(w, l1)?, contiguous(m, l2)?, contiguous(v, l3)?, self.0, f32)
-                }
-                (CpuStorage::F64(w), CpuStorage::F64(m), CpuStorage::F64(v)) => {
-                    step!(contiguous_mut(w, l1)?, contiguous(m, l2)?, contiguous(v, l3)?, self.0, f64)
-                }
-                _ => candle_core::bail!("adamw-step: f32 or f64 only"),
+                    .zip(g.par_chunks(CHUNK))
+                    .zip(m.par_chunks_mut(CHUNK).zip(v.par_chunks_mut(CHUNK)))
+                    .for_each(|((w, g), (m, v))| adamw_chunk(w, g, m, v, h));
             }
             Ok(())
+        }
+    }
+
+    simd_fn! {
+        /// The composed expressions, element by element: m ← β1·m + (1 − β1)·s·g,
+        /// v ← β2·v + (1 − β2)·(s·g)², w ← w·(1 − lr·wd) − lr · (m/c1) / (√(v/c2) + eps).
+        fn adamw_chunk<T: Real>(w: &mut [T], g: &[T], m: &mut [T], v: &mut [T], h: Hyper) {
+            let (b1, b2, scale) = (T::of(h.b1), T::of(h.b2), T::of(h.scale));
+            let (decay, lr, c1, c2, eps) = (T::of(1.0 - h.lr * h.wd), T::of(h.lr), T::of(h.c1), T::of(h.c2), T::of(h.eps));
+            for (((w, &g), m), v) in w.iter_mut().zip(g).zip(m.iter_mut()).zip(v.iter_mut()) {
+                let g = scale * g;
+                *m = b1 * *m + (T::ONE - b1) * g;
+                *v = b2 * *v + (T::ONE - b2) * (g * g);
+                let update = (*m / c1) / ((*v / c2).sqrt() + eps);
+                *w = *w * decay - update * lr;
+            }
         }
     }
 }
