@@ -44,7 +44,21 @@ pub fn entropy(logits: &Tensor) -> Result<Tensor> {
 pub(super) const PARALLEL_FROM: usize = 1 << 16;
 
 pub(super) fn fusable(t: &Tensor) -> bool {
-    t.device().is_cpu() && matches!(t.dtype(), DType::F32 | DType::F64) && t.rank() >= 1
+    t.device().is_cpu() && matches!(t.dtype(), DType::F32 | DType::F64) && t.rank() >= 1 && !COMPOSED.get()
+}
+
+thread_local! {
+    /// Set by tests to run the composed expressions (the path of other devices) on the CPU.
+    static COMPOSED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the composed tensor expressions instead of the fused kernels, on this thread.
+#[cfg(test)]
+pub(super) fn composed<R>(f: impl FnOnce() -> R) -> R {
+    COMPOSED.set(true);
+    let r = f();
+    COMPOSED.set(false);
+    r
 }
 
 fn rows_of(t: &Tensor) -> Result<(usize, usize)> {

@@ -442,6 +442,30 @@ mod tests {
         Ok(((w * 0.37)?.sin()? * lp)?.sum_all()?)
     }
 
+    /// The fused CPU kernels and the composed expressions other devices run give the same
+    /// logits (also through the KV cache) and the same gradient for every parameter.
+    #[test]
+    fn fused_kernels_and_composed_expressions_agree() {
+        let m = tiny();
+        let tokens = Tensor::new(&[[1u32, 5, 2, 9, 3, 8], [4, 4, 11, 0, 7, 12]], &Device::Cpu).unwrap();
+        let run = || {
+            let grads = loss(&m, &tokens).unwrap().backward().unwrap();
+            let mut cache = KvCache::default();
+            m.forward(&tokens.narrow(1, 0, 4).unwrap(), 0, Some(&mut cache)).unwrap();
+            let cached = m.forward(&tokens.narrow(1, 4, 2).unwrap(), 4, Some(&mut cache)).unwrap();
+            let mut out = vec![m.forward(&tokens, 0, None).unwrap(), cached];
+            out.extend(m.named_vars().iter().map(|(_, v)| grads.get(v.as_tensor()).unwrap().clone()));
+            out
+        };
+        let fused = run();
+        let composed = super::super::fused::composed(run);
+        for (i, (a, b)) in fused.iter().zip(&composed).enumerate() {
+            let d = (a - b).unwrap().abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f64>().unwrap();
+            let scale = b.abs().unwrap().flatten_all().unwrap().max(0).unwrap().to_scalar::<f64>().unwrap();
+            assert!(d <= 1e-12 * (1.0 + scale), "output {i}: fused and composed differ by {d}");
+        }
+    }
+
     /// Every parameter tensor's analytic gradient agrees with central finite differences.
     #[test]
     fn finite_difference_gradient_check_on_every_parameter() {
