@@ -30,6 +30,10 @@ pub struct TrainBenchArgs {
     /// takes milliseconds, and a few of them are too short to time on a shared machine.
     #[arg(long, default_value_t = 3.0)]
     min_seconds: f64,
+    /// Timing windows per side, alternating swelake and PyTorch; the best of each side is
+    /// reported (this machine is shared: a window can land in a slow spell of either side).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
     /// Model shapes to measure: tiny, smollm2 (random weights of SmolLM2-135M's shape).
     #[arg(long, value_delimiter = ',', default_value = "tiny,smollm2")]
     models: Vec<String>,
@@ -59,51 +63,65 @@ fn shape(name: &str) -> Result<Config> {
     })
 }
 
-fn swelake_step(cfg: &Config, a: &TrainBenchArgs) -> Result<f64> {
-    let mut cfg = cfg.clone();
-    cfg.max_seq = cfg.max_seq.max(a.seq_len + 1);
-    let model = Model::random(cfg.clone(), 0, &Device::Cpu, DType::F32)?;
-    let policy = Policy { model, tokenizer: ChatTokenizer::bytes()? };
-    let tc = TrainConfig {
-        optim: OptimConfig { lr: 1e-5, ..Default::default() },
-        groups_per_step: 1,
-        micro_batch: a.batch,
-        ..Default::default()
-    };
-    let tmp = tempfile::tempdir()?;
-    let mut t = Trainer::new(policy, tc, tmp.path())?;
-    let mut rng = super::generate::Rng::new(1);
-    let half = a.seq_len / 2;
-    let seqs = (0..a.batch)
-        .map(|i| Seq {
-            prompt: (0..a.seq_len + 1 - half).map(|_| (rng.next_u64() % cfg.vocab as u64) as u32).collect(),
-            completion: (0..half).map(|_| (rng.next_u64() % cfg.vocab as u64) as u32).collect(),
-            behavior: None,
-            reward: if i % 2 == 0 { 1.0 } else { -1.0 },
-            format_error: false,
-        })
-        .collect();
-    let groups = vec![Group { id: "bench".into(), seqs }];
-    t.step(&groups)?;
-    let start = Instant::now();
-    let mut done = 0;
-    while done < a.steps || start.elapsed().as_secs_f64() < a.min_seconds {
-        t.step(&groups)?;
-        done += 1;
-    }
-    let per_step = start.elapsed().as_secs_f64() / done as f64;
-    Ok((a.batch * a.seq_len) as f64 / per_step)
+/// The Rust side: a trainer on random weights and one fixed batch, warmed up by one step.
+struct Ours {
+    trainer: Trainer,
+    groups: Vec<Group>,
+    _dir: tempfile::TempDir,
 }
 
-fn torch_step(cfg: &Config, a: &TrainBenchArgs) -> Result<Option<f64>> {
-    let ok = std::process::Command::new(&a.python)
+impl Ours {
+    fn new(cfg: &Config, a: &TrainBenchArgs) -> Result<Ours> {
+        let mut cfg = cfg.clone();
+        cfg.max_seq = cfg.max_seq.max(a.seq_len + 1);
+        let model = Model::random(cfg.clone(), 0, &Device::Cpu, DType::F32)?;
+        let policy = Policy { model, tokenizer: ChatTokenizer::bytes()? };
+        let tc = TrainConfig {
+            optim: OptimConfig { lr: 1e-5, ..Default::default() },
+            groups_per_step: 1,
+            micro_batch: a.batch,
+            ..Default::default()
+        };
+        let dir = tempfile::tempdir()?;
+        let mut trainer = Trainer::new(policy, tc, dir.path())?;
+        let mut rng = super::generate::Rng::new(1);
+        let half = a.seq_len / 2;
+        let seqs = (0..a.batch)
+            .map(|i| Seq {
+                prompt: (0..a.seq_len + 1 - half).map(|_| (rng.next_u64() % cfg.vocab as u64) as u32).collect(),
+                completion: (0..half).map(|_| (rng.next_u64() % cfg.vocab as u64) as u32).collect(),
+                behavior: None,
+                reward: if i % 2 == 0 { 1.0 } else { -1.0 },
+                format_error: false,
+            })
+            .collect();
+        let groups = vec![Group { id: "bench".into(), seqs }];
+        trainer.step(&groups)?;
+        Ok(Ours { trainer, groups, _dir: dir })
+    }
+
+    /// Tokens/s over at least `steps` steps and `min_seconds`.
+    fn window(&mut self, a: &TrainBenchArgs) -> Result<f64> {
+        let start = Instant::now();
+        let mut done = 0;
+        while done < a.steps || start.elapsed().as_secs_f64() < a.min_seconds {
+            self.trainer.step(&self.groups)?;
+            done += 1;
+        }
+        let per_step = start.elapsed().as_secs_f64() / done as f64;
+        Ok((a.batch * a.seq_len) as f64 / per_step)
+    }
+}
+
+fn torch_importable(python: &str) -> bool {
+    std::process::Command::new(python)
         .args(["-c", "import torch"])
         .output()
         .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        return Ok(None);
-    }
+        .unwrap_or(false)
+}
+
+fn torch_step(cfg: &Config, a: &TrainBenchArgs) -> Result<Option<f64>> {
     let dir = tempfile::tempdir()?;
     let script: PathBuf = dir.path().join("bench_step.py");
     std::fs::write(&script, SCRIPT)?;
@@ -124,27 +142,40 @@ fn torch_step(cfg: &Config, a: &TrainBenchArgs) -> Result<Option<f64>> {
 pub fn run(a: &TrainBenchArgs) -> Result<()> {
     let kept = crate::memory::keep_freed_memory();
     println!(
-        "GRPO train step, batch {} x {} tokens, at least {} timed steps and {} s, {} threads, matmul kernels {}, freed memory {}",
+        "GRPO train step, batch {} x {} tokens, best of {} alternating windows of at least {} steps and {} s, {} threads, matmul kernels {}, freed memory {}",
         a.batch,
         a.seq_len,
+        a.runs.max(1),
         a.steps,
         a.min_seconds,
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         matmul_kernels(),
         if kept { "kept for reuse" } else { "returned to the OS (allocator default)" },
     );
+    let torch = torch_importable(&a.python);
+    let list = |v: &[f64]| v.iter().map(|x| format!("{x:.1}")).collect::<Vec<_>>().join(", ");
     for name in &a.models {
         let cfg = shape(name)?;
-        let ours = swelake_step(&cfg, a)?;
-        match torch_step(&cfg, a)? {
-            Some(base) => println!(
-                "{name:<8} swelake (candle) {ours:>10.1} tokens/s   pytorch {base:>10.1} tokens/s   ratio {:.2}x",
-                ours / base
-            ),
-            None => {
-                println!("{name:<8} swelake (candle) {ours:>10.1} tokens/s   pytorch: not importable with {}", a.python)
+        let mut bench = Ours::new(&cfg, a)?;
+        let (mut ours, mut base) = (Vec::new(), Vec::new());
+        for _ in 0..a.runs.max(1) {
+            ours.push(bench.window(a)?);
+            if torch {
+                base.extend(torch_step(&cfg, a)?);
             }
         }
+        let best = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+        let o = best(&ours);
+        if base.is_empty() {
+            println!("{name:<8} swelake (candle) {o:>10.1} tokens/s   pytorch: not importable with {}", a.python);
+        } else {
+            let b = best(&base);
+            println!(
+                "{name:<8} swelake (candle) {o:>10.1} tokens/s   pytorch {b:>10.1} tokens/s   ratio {:.2}x",
+                o / b
+            );
+        }
+        println!("         windows: swelake [{}]  pytorch [{}]", list(&ours), list(&base));
     }
     Ok(())
 }
