@@ -45,69 +45,44 @@ pub(super) trait Real:
     fn storage(v: Vec<Self>) -> CpuStorage;
 }
 
-impl Real for f32 {
-    const ZERO: f32 = 0.0;
-    const ONE: f32 = 1.0;
-    #[inline(always)]
-    fn of(x: f64) -> f32 {
-        x as f32
-    }
-    #[inline(always)]
-    fn sqrt(self) -> f32 {
-        f32::sqrt(self)
-    }
-    #[inline(always)]
-    fn exp_nonpos(self) -> f32 {
-        exp_f32(self)
-    }
-    fn data(s: &CpuStorage) -> Option<&[f32]> {
-        match s {
-            CpuStorage::F32(v) => Some(v),
-            _ => None,
+macro_rules! impl_real {
+    ($t:ident, $variant:ident, $exp_nonpos:expr) => {
+        impl Real for $t {
+            const ZERO: $t = 0.0;
+            const ONE: $t = 1.0;
+            #[inline(always)]
+            fn of(x: f64) -> $t {
+                x as $t
+            }
+            #[inline(always)]
+            fn sqrt(self) -> $t {
+                $t::sqrt(self)
+            }
+            #[inline(always)]
+            fn exp_nonpos(self) -> $t {
+                $exp_nonpos(self)
+            }
+            fn data(s: &CpuStorage) -> Option<&[$t]> {
+                match s {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn data_mut(s: &mut CpuStorage) -> Option<&mut [$t]> {
+                match s {
+                    CpuStorage::$variant(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn storage(v: Vec<$t>) -> CpuStorage {
+                CpuStorage::$variant(v)
+            }
         }
-    }
-    fn data_mut(s: &mut CpuStorage) -> Option<&mut [f32]> {
-        match s {
-            CpuStorage::F32(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn storage(v: Vec<f32>) -> CpuStorage {
-        CpuStorage::F32(v)
-    }
+    };
 }
 
-impl Real for f64 {
-    const ZERO: f64 = 0.0;
-    const ONE: f64 = 1.0;
-    #[inline(always)]
-    fn of(x: f64) -> f64 {
-        x
-    }
-    #[inline(always)]
-    fn sqrt(self) -> f64 {
-        f64::sqrt(self)
-    }
-    #[inline(always)]
-    fn exp_nonpos(self) -> f64 {
-        self.exp()
-    }
-    fn data(s: &CpuStorage) -> Option<&[f64]> {
-        match s {
-            CpuStorage::F64(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn data_mut(s: &mut CpuStorage) -> Option<&mut [f64]> {
-        match s {
-            CpuStorage::F64(v) => Some(v),
-            _ => None,
-        }
-    }
-    fn storage(v: Vec<f64>) -> CpuStorage {
-        CpuStorage::F64(v)
-    }
-}
+impl_real!(f32, F32, exp_f32);
+impl_real!(f64, F64, f64::exp);
 
 fn input<'a, T: Real>(s: &'a CpuStorage, l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
     match T::data(s) {
