@@ -1,5 +1,6 @@
 //! Fused CPU kernels, each with its own backward, for the transformer block: RMSNorm, RoPE
-//! (with the move of heads in front of positions), the causal softmax of attention and SwiGLU.
+//! (with the move of heads in front of positions), causal attention (scores, masked softmax and
+//! the product with the values as one op, skipping the masked blocks) and SwiGLU.
 //!
 //! Composed from tensor primitives each of these is 5–10 operations forward and more backward,
 //! every one a full pass over an activation with a fresh allocation, and candle's backward adds
@@ -14,7 +15,7 @@
 use std::ops::{Add, AddAssign, Div, Mul, MulAssign, Neg, Sub};
 
 use anyhow::{Context, Result};
-use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, Layout, Shape, Tensor, D};
+use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
 use super::fused::{exp_f32, fusable, row_max, simd_fn, slices, LANES, PARALLEL_FROM};
@@ -450,97 +451,277 @@ impl CustomOp3 for Heads {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Causal softmax of attention scores.
+// Causal attention: softmax(scale · q·kᵀ, causal mask) · v as one op.
 
-/// `softmax(scale · scores)` over the last dimension with a causal mask, for `scores`
-/// [.., R, S] whose rows are queries: row r is the query at position `start + r % t` (R may
-/// hold several heads' t queries, stacked) and sees keys 0..=start + r % t of the S.
-pub fn causal_softmax(scores: &Tensor, t: usize, start: usize, scale: f64) -> Result<Tensor> {
-    let dims = scores.dims();
-    let (r, s) = (dims[dims.len() - 2], dims[dims.len() - 1]);
-    if t == 0 || !r.is_multiple_of(t) || start + t > s {
-        anyhow::bail!("causal softmax: {r} rows of {s} keys do not fit {t} queries from position {start}");
-    }
-    if !fusable(scores) {
-        let mask: Vec<f32> =
-            (0..t).flat_map(|i| (0..s).map(move |j| if j <= start + i { 0.0 } else { -1e9 })).collect();
-        let mask = Tensor::from_vec(mask, (t, s), scores.device())?.to_dtype(scores.dtype())?;
-        let mut grouped = dims[..dims.len() - 2].to_vec();
-        grouped.extend([r / t, t, s]);
-        let x = (scores.reshape(grouped)? * scale)?.broadcast_add(&mask)?;
-        let max = x.max_keepdim(D::Minus1)?.detach();
-        let e = x.broadcast_sub(&max)?.exp()?;
-        return Ok(e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?.reshape(dims)?);
-    }
-    Ok(scores.contiguous()?.apply_op1(CausalSoftmax { t, start, scale })?)
+/// Causal attention `softmax(scale · q·kᵀ) · v` for q [.., R, hd] and k, v [.., S, hd] with the
+/// same leading dimensions. Row r of q is the query at position `start + r % t` — R may hold
+/// several heads' t queries, stacked, that share this key/value head — and sees keys
+/// 0..=start + r % t.
+///
+/// One op rather than product, softmax, product: the [R, S] scores and probabilities never
+/// become graph nodes (candle's backward gives each a zero-filled buffer and an addition), and
+/// queries go in blocks that are multiplied only against the keys they can see, which skips
+/// nearly half of the products.
+pub fn attention(q: &Tensor, k: &Tensor, v: &Tensor, t: usize, start: usize, scale: f64) -> Result<Tensor> {
+    attention_in_blocks(q, k, v, t, start, scale, ATTENTION_BLOCK)
 }
 
-#[derive(Clone, Copy)]
-struct CausalSoftmax {
+/// Query rows per block: the products stay large enough for gemm's kernels, and the keys a
+/// block multiplies past its first row's last visible key are at most a quarter of 256.
+const ATTENTION_BLOCK: usize = 64;
+
+fn attention_in_blocks(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
     t: usize,
     start: usize,
     scale: f64,
+    block: usize,
+) -> Result<Tensor> {
+    let (dq, dk) = (q.dims(), k.dims());
+    let rank = dq.len();
+    if rank < 2
+        || dk.len() != rank
+        || v.dims() != dk
+        || dq[..rank - 2] != dk[..rank - 2]
+        || dq[rank - 1] != dk[rank - 1]
+    {
+        anyhow::bail!("attention: queries {dq:?}, keys {dk:?} and values {:?} do not match", v.dims());
+    }
+    let (r, s, hd) = (dq[rank - 2], dk[rank - 2], dq[rank - 1]);
+    if t == 0 || !r.is_multiple_of(t) || start + t > s {
+        anyhow::bail!("attention: {r} query rows against {s} keys do not fit {t} queries from position {start}");
+    }
+    if !fusable(q) || hd == 0 {
+        let p = causal_softmax(&matmul(q, k, false, true)?, t, start, scale)?;
+        return matmul(&p, v, false, false);
+    }
+    let op = Attention::new(AttentionDims { batch: dq[..rank - 2].iter().product(), r, s, hd, t, start }, scale, block);
+    Ok(q.contiguous()?.apply_op3(&k.contiguous()?, &v.contiguous()?, op)?)
 }
 
-impl CausalSoftmax {
-    /// Keys visible to flat row `row` (rows per matrix are a multiple of t).
-    fn visible(&self, row: usize) -> usize {
-        self.start + row % self.t + 1
+/// The composed masked softmax of other devices: `softmax(scale · scores)` over the last
+/// dimension, row r of the [.., R, S] scores seeing keys 0..=start + r % t.
+fn causal_softmax(scores: &Tensor, t: usize, start: usize, scale: f64) -> Result<Tensor> {
+    let dims = scores.dims();
+    let (r, s) = (dims[dims.len() - 2], dims[dims.len() - 1]);
+    let mask: Vec<f32> = (0..t).flat_map(|i| (0..s).map(move |j| if j <= start + i { 0.0 } else { -1e9 })).collect();
+    let mask = Tensor::from_vec(mask, (t, s), scores.device())?.to_dtype(scores.dtype())?;
+    let mut grouped = dims[..dims.len() - 2].to_vec();
+    grouped.extend([r / t, t, s]);
+    let x = (scores.reshape(grouped)? * scale)?.broadcast_add(&mask)?;
+    let max = x.max_keepdim(D::Minus1)?.detach();
+    let e = x.broadcast_sub(&max)?.exp()?;
+    Ok(e.broadcast_div(&e.sum_keepdim(D::Minus1)?)?.reshape(dims)?)
+}
+
+#[derive(Clone, Copy)]
+struct AttentionDims {
+    batch: usize,
+    r: usize,
+    s: usize,
+    hd: usize,
+    t: usize,
+    start: usize,
+}
+
+/// Query rows `row..row + rows` of one head, which see at most the first `keys` keys; their
+/// probabilities are stored [rows, keys] at `at` within the batch's share.
+#[derive(Clone, Copy)]
+struct QueryBlock {
+    row: usize,
+    rows: usize,
+    keys: usize,
+    at: usize,
+}
+
+struct Attention {
+    dims: AttentionDims,
+    scale: f64,
+    blocks: Vec<QueryBlock>,
+    /// Stored probabilities per batch.
+    per_batch: usize,
+    /// The forward's probabilities, which the backward needs (kept as long as the graph is).
+    probs: std::sync::Mutex<Option<CpuStorage>>,
+}
+
+impl Attention {
+    fn new(dims: AttentionDims, scale: f64, block: usize) -> Attention {
+        let AttentionDims { r, t, start, .. } = dims;
+        let mut blocks = Vec::new();
+        let mut at = 0;
+        for head in (0..r).step_by(t) {
+            for i in (0..t).step_by(block.max(1)) {
+                let rows = block.max(1).min(t - i);
+                let keys = start + i + rows;
+                blocks.push(QueryBlock { row: head + i, rows, keys, at });
+                at += rows * keys;
+            }
+        }
+        Attention { dims, scale, blocks, per_batch: at, probs: std::sync::Mutex::new(None) }
+    }
+
+    /// Keys visible to row `i` of block `b`.
+    fn visible(&self, b: &QueryBlock, i: usize) -> usize {
+        self.dims.start + b.row % self.dims.t + i + 1
+    }
+
+    fn check<T>(&self, q: &[T], k: &[T], v: &[T]) -> candle_core::Result<()> {
+        let AttentionDims { batch, r, s, hd, .. } = self.dims;
+        if q.len() != batch * r * hd || k.len() != batch * s * hd || v.len() != k.len() {
+            candle_core::bail!(
+                "attention: {} / {} / {} elements for {batch} × [{r} | {s}, {hd}]",
+                q.len(),
+                k.len(),
+                v.len()
+            );
+        }
+        Ok(())
+    }
+
+    /// Output [batch, r, hd] and the probabilities of every block.
+    fn forward<T: Real>(&self, q: &[T], k: &[T], v: &[T]) -> candle_core::Result<(Vec<T>, Vec<T>)> {
+        self.check(q, k, v)?;
+        let AttentionDims { batch, r, s, hd, .. } = self.dims;
+        let scale = T::of(self.scale);
+        let mut out: Vec<T> = Vec::with_capacity(batch * r * hd);
+        let mut probs: Vec<T> = Vec::with_capacity(batch * self.per_batch);
+        let (o_ptr, p_ptr) = (SendPtr(out.as_mut_ptr()), SendPtr(probs.as_mut_ptr()));
+        let task = |(bi, b): (usize, &QueryBlock)| {
+            let (q, k, v) = (&q[(bi * r + b.row) * hd..], &k[bi * s * hd..], &v[bi * s * hd..]);
+            let none = gemm::Parallelism::None;
+            // SAFETY: block b of batch bi alone writes its probabilities [rows, keys] and its
+            // output rows, both within capacity; q holds rows·hd and k, v keys·hd elements from
+            // these offsets (lengths checked, keys <= start + t <= s). The probabilities are
+            // read only after gemm wrote all of them.
+            unsafe {
+                let p = p_ptr.at(bi * self.per_batch + b.at);
+                gemm_into(b.rows, b.keys, hd, p, false, Mat::rows(q.as_ptr(), hd), Mat::cols(k.as_ptr(), hd), none);
+                let p = std::slice::from_raw_parts_mut(p, b.rows * b.keys);
+                for (i, row) in p.chunks_exact_mut(b.keys).enumerate() {
+                    softmax_in_place(row, self.visible(b, i), scale);
+                }
+                let o = o_ptr.at((bi * r + b.row) * hd);
+                gemm_into(b.rows, hd, b.keys, o, false, Mat::rows(p.as_ptr(), b.keys), Mat::rows(v.as_ptr(), hd), none);
+            }
+        };
+        let tasks: Vec<(usize, &QueryBlock)> =
+            (0..batch).flat_map(|bi| self.blocks.iter().map(move |b| (bi, b))).collect();
+        if batch * r * s < PARALLEL_FROM {
+            tasks.into_iter().for_each(task);
+        } else {
+            tasks.into_par_iter().for_each(task);
+        }
+        // SAFETY: the blocks cover every output row and every stored probability (hd > 0 and
+        // keys > 0; with hd = 0 there is nothing to write).
+        unsafe {
+            out.set_len(batch * r * hd);
+            probs.set_len(batch * self.per_batch);
+        }
+        Ok((out, probs))
+    }
+
+    /// Gradients of q, k and v for the output gradient `dout` [batch, r, hd].
+    #[allow(clippy::type_complexity)]
+    fn backward<T: Real>(
+        &self,
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        dout: &[T],
+        probs: &[T],
+    ) -> candle_core::Result<(Vec<T>, Vec<T>, Vec<T>)> {
+        self.check(q, k, v)?;
+        let AttentionDims { batch, r, s, hd, .. } = self.dims;
+        if dout.len() != q.len() || probs.len() != batch * self.per_batch {
+            candle_core::bail!("attention backward: {} output gradients, {} probabilities", dout.len(), probs.len());
+        }
+        let scale = T::of(self.scale);
+        let mut dq: Vec<T> = Vec::with_capacity(q.len());
+        let dq_ptr = SendPtr(dq.as_mut_ptr());
+        let (mut dk, mut dv) = (vec![T::ZERO; k.len()], vec![T::ZERO; v.len()]);
+        let scratch_len = self.blocks.iter().map(|b| b.rows * b.keys).max().unwrap_or(0);
+        let task = |(bi, (dk, dv)): (usize, (&mut [T], &mut [T]))| {
+            let (k, v) = (&k[bi * s * hd..], &v[bi * s * hd..]);
+            let mut ds = vec![T::ZERO; scratch_len];
+            let none = gemm::Parallelism::None;
+            for b in &self.blocks {
+                let rows = (bi * r + b.row) * hd;
+                let (q, dout) = (&q[rows..rows + b.rows * hd], &dout[rows..rows + b.rows * hd]);
+                let p = &probs[bi * self.per_batch + b.at..][..b.rows * b.keys];
+                let ds = &mut ds[..b.rows * b.keys];
+                // SAFETY: every operand holds the rows × columns its strides address (the
+                // keys of a block are <= s); dq rows are this block's own, within capacity.
+                unsafe {
+                    // dp = dout·vᵀ, then ds = scale · p ⊙ (dp − Σ p·dp) in place.
+                    let (dpv, qv) = (Mat::rows(dout.as_ptr(), hd), Mat::rows(q.as_ptr(), hd));
+                    gemm_into(b.rows, b.keys, hd, ds.as_mut_ptr(), false, dpv, Mat::cols(v.as_ptr(), hd), none);
+                    // dv += pᵀ·dout
+                    gemm_into(b.keys, hd, b.rows, dv.as_mut_ptr(), true, Mat::cols(p.as_ptr(), b.keys), dpv, none);
+                    for (i, (g, p)) in ds.chunks_exact_mut(b.keys).zip(p.chunks_exact(b.keys)).enumerate() {
+                        softmax_grad_in_place(g, p, self.visible(b, i), scale);
+                    }
+                    // dq = ds·k, dk += dsᵀ·q
+                    let dsm = Mat::rows(ds.as_ptr(), b.keys);
+                    gemm_into(b.rows, hd, b.keys, dq_ptr.at(rows), false, dsm, Mat::rows(k.as_ptr(), hd), none);
+                    gemm_into(b.keys, hd, b.rows, dk.as_mut_ptr(), true, Mat::cols(ds.as_ptr(), b.keys), qv, none);
+                }
+            }
+        };
+        let per = (s * hd).max(1);
+        let parts = dk.chunks_mut(per).zip(dv.chunks_mut(per)).enumerate();
+        if batch * r * s < PARALLEL_FROM {
+            parts.for_each(task);
+        } else {
+            parts.collect::<Vec<_>>().into_par_iter().for_each(task);
+        }
+        // SAFETY: the blocks cover every row of dq.
+        unsafe { dq.set_len(q.len()) };
+        Ok((dq, dk, dv))
     }
 }
 
 simd_fn! {
-    fn softmax_row<T: Real>(o: &mut [T], src: &[T], scale: T) {
-        let m = row_max(src, src[0]) * scale;
-        for (o, &v) in o.iter_mut().zip(src) {
-            *o = (v * scale - m).exp_nonpos();
+    /// Softmax of `scale · row[..n]` in place; the masked rest becomes 0.
+    fn softmax_in_place<T: Real>(row: &mut [T], n: usize, scale: T) {
+        let (seen, masked) = row.split_at_mut(n);
+        let m = row_max(seen, seen[0]) * scale;
+        for x in seen.iter_mut() {
+            *x = (*x * scale - m).exp_nonpos();
         }
-        let inv = T::ONE / sum(o);
-        for o in o.iter_mut() {
-            *o *= inv;
+        let inv = T::ONE / sum(seen);
+        for x in seen.iter_mut() {
+            *x *= inv;
         }
+        masked.fill(T::ZERO);
     }
 }
 
 simd_fn! {
-    fn softmax_grad_row<T: Real>(o: &mut [T], p: &[T], dp: &[T], scale: T) {
-        let c = dot(p, dp);
-        for ((o, &p), &g) in o.iter_mut().zip(p).zip(dp) {
-            *o = scale * p * (g - c);
+    /// `dp` becomes the scores' gradient scale · p · (dp − Σ p·dp) over the n visible keys, 0
+    /// past them.
+    fn softmax_grad_in_place<T: Real>(dp: &mut [T], p: &[T], n: usize, scale: T) {
+        let (seen, masked) = dp.split_at_mut(n);
+        let p = &p[..n];
+        let c = dot(p, seen);
+        for (g, &p) in seen.iter_mut().zip(p) {
+            *g = scale * p * (*g - c);
         }
+        masked.fill(T::ZERO);
     }
 }
 
-impl CustomOp1 for CausalSoftmax {
-    fn name(&self) -> &'static str {
-        "causal-softmax"
-    }
-
-    fn cpu_fwd(&self, st: &CpuStorage, l: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let s = l.shape().dims()[l.shape().rank() - 1];
-        by_dtype!(st, self.name(), T => {
-            let x = input::<T>(st, l, self.name())?;
-            let scale = T::of(self.scale);
-            let mut out = vec![T::ZERO; x.len()];
-            each_row(&mut out, s, |row, o| {
-                let n = self.visible(row);
-                softmax_row(&mut o[..n], &x[row * s..row * s + n], scale)
-            });
-            Ok((T::storage(out), l.shape().clone()))
-        })
-    }
-
-    fn bwd(&self, _x: &Tensor, p: &Tensor, dp: &Tensor) -> candle_core::Result<Option<Tensor>> {
-        Ok(Some(p.apply_op2_no_bwd(&dp.contiguous()?, &CausalSoftmaxGrad(*self))?))
+fn cpu_data<'a, T: Real>(s: &'a candle_core::Storage, l: &Layout, op: &str) -> candle_core::Result<&'a [T]> {
+    match s {
+        candle_core::Storage::Cpu(c) => input(c, l, op),
+        _ => candle_core::bail!("{op}: CPU tensors only"),
     }
 }
 
-/// ds = scale · p · (dp − Σ p·dp) over the visible keys; 0 for masked ones.
-struct CausalSoftmaxGrad(CausalSoftmax);
-
-impl CustomOp2 for CausalSoftmaxGrad {
+impl CustomOp3 for Attention {
     fn name(&self) -> &'static str {
-        "causal-softmax-grad"
+        "causal-attention"
     }
 
     fn cpu_fwd(
@@ -549,17 +730,46 @@ impl CustomOp2 for CausalSoftmaxGrad {
         l1: &Layout,
         s2: &CpuStorage,
         l2: &Layout,
+        s3: &CpuStorage,
+        l3: &Layout,
     ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let s = l1.shape().dims()[l1.shape().rank() - 1];
-        by_dtype!(s1, self.name(), T => {
-            let (p, dp) = (input::<T>(s1, l1, self.name())?, input::<T>(s2, l2, self.name())?);
-            let scale = T::of(self.0.scale);
-            let mut out = vec![T::ZERO; p.len()];
-            each_row(&mut out, s, |row, o| {
-                let n = self.0.visible(row);
-                softmax_grad_row(&mut o[..n], &p[row * s..row * s + n], &dp[row * s..row * s + n], scale)
-            });
+        let name = self.name();
+        by_dtype!(s1, name, T => {
+            let (q, k, v) = (input::<T>(s1, l1, name)?, input::<T>(s2, l2, name)?, input::<T>(s3, l3, name)?);
+            let (out, probs) = self.forward(q, k, v)?;
+            *self.probs.lock().map_err(|_| candle_core::Error::Msg("attention: poisoned lock".into()))? =
+                Some(T::storage(probs));
             Ok((T::storage(out), l1.shape().clone()))
+        })
+    }
+
+    fn bwd(
+        &self,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        _out: &Tensor,
+        dout: &Tensor,
+    ) -> candle_core::Result<(Option<Tensor>, Option<Tensor>, Option<Tensor>)> {
+        let name = self.name();
+        let dout = dout.contiguous()?;
+        let probs = self.probs.lock().map_err(|_| candle_core::Error::Msg("attention: poisoned lock".into()))?;
+        let probs =
+            probs.as_ref().ok_or_else(|| candle_core::Error::Msg("attention: no forward to go back through".into()))?;
+        let ((sq, lq), (sk, lk), (sv, lv), (sd, ld)) =
+            (q.storage_and_layout(), k.storage_and_layout(), v.storage_and_layout(), dout.storage_and_layout());
+        by_dtype!(probs, name, T => {
+            let (dq, dk, dv) = self.backward(
+                cpu_data::<T>(&sq, lq, name)?,
+                cpu_data::<T>(&sk, lk, name)?,
+                cpu_data::<T>(&sv, lv, name)?,
+                cpu_data::<T>(&sd, ld, name)?,
+                T::data(probs).unwrap_or_default(),
+            )?;
+            let tensor = |d: Vec<T>, like: &Tensor| {
+                Tensor::from_storage(candle_core::Storage::Cpu(T::storage(d)), like.shape().clone(), candle_core::op::BackpropOp::none(), false)
+            };
+            Ok((Some(tensor(dq, q)), Some(tensor(dk, k)), Some(tensor(dv, v))))
         })
     }
 }
@@ -773,38 +983,17 @@ impl Gemm {
         if k == 0 {
             return Ok(vec![T::ZERO; len]);
         }
-        // Element (i, j) of op(A) is at i·rs + j·cs.
-        let (a_rs, a_cs) = if ta { (1, m as isize) } else { (k as isize, 1) };
-        let (b_rs, b_cs) = if tb { (1, k as isize) } else { (n as isize, 1) };
         let threads = rayon::current_num_threads();
         let mut dst: Vec<T> = Vec::with_capacity(len);
         let out = SendPtr(dst.as_mut_ptr());
         let one = |i: usize, par: gemm::Parallelism| {
+            let a = a[i * m * k..].as_ptr();
+            let a = if ta { Mat::cols(a, m) } else { Mat::rows(a, k) };
+            let b = b[i * k * n..].as_ptr();
+            let b = if tb { Mat::cols(b, k) } else { Mat::rows(b, n) };
             // SAFETY: operand slices hold batch·m·k and batch·k·n elements (checked above), the
-            // output has capacity for batch·m·n; with read_dst false gemm only writes dst.
-            unsafe {
-                gemm::gemm(
-                    m,
-                    n,
-                    k,
-                    out.at(i * m * n),
-                    1,
-                    n as isize,
-                    false,
-                    a.as_ptr().add(i * m * k),
-                    a_cs,
-                    a_rs,
-                    b.as_ptr().add(i * k * n),
-                    b_cs,
-                    b_rs,
-                    T::ZERO,
-                    T::ONE,
-                    false,
-                    false,
-                    false,
-                    par,
-                )
-            }
+            // output has capacity for batch·m·n.
+            unsafe { gemm_into(m, n, k, out.at(i * m * n), false, a, b, par) }
         };
         if batch >= 2 * threads && threads > 1 {
             // Many small products (attention heads): one per task.
@@ -816,6 +1005,69 @@ impl Gemm {
         // SAFETY: every one of the batch·m·n elements was written by gemm (k > 0).
         unsafe { dst.set_len(len) };
         Ok(dst)
+    }
+}
+
+/// A matrix operand for gemm: element (i, j) at `ptr + i·rs + j·cs`.
+#[derive(Clone, Copy)]
+struct Mat<T> {
+    ptr: *const T,
+    rs: isize,
+    cs: isize,
+}
+
+impl<T> Mat<T> {
+    /// Row-major with `ld` elements per row.
+    fn rows(ptr: *const T, ld: usize) -> Mat<T> {
+        Mat { ptr, rs: ld as isize, cs: 1 }
+    }
+
+    /// The transpose of a row-major matrix with `ld` elements per row.
+    fn cols(ptr: *const T, ld: usize) -> Mat<T> {
+        Mat { ptr, rs: 1, cs: ld as isize }
+    }
+}
+
+/// `dst = a·b` (or `dst += a·b` with `acc`) for a [m, k], b [k, n] and a row-major dst [m, n].
+///
+/// # Safety
+/// `a` and `b` must address m×k and k×n readable elements and `dst` m×n writable ones (and
+/// readable ones with `acc`); dst must not overlap the operands.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_into<T: Real>(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut T,
+    acc: bool,
+    a: Mat<T>,
+    b: Mat<T>,
+    par: gemm::Parallelism,
+) {
+    // With acc, dst = 1·dst + 1·a·b; otherwise gemm only writes dst.
+    let alpha = if acc { T::ONE } else { T::ZERO };
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
+            1,
+            n as isize,
+            acc,
+            a.ptr,
+            a.cs,
+            a.rs,
+            b.ptr,
+            b.cs,
+            b.rs,
+            alpha,
+            T::ONE,
+            false,
+            false,
+            false,
+            par,
+        )
     }
 }
 
@@ -1050,36 +1302,46 @@ mod tests {
     }
 
     #[test]
-    fn causal_softmax_matches_the_masked_composition() {
+    fn attention_matches_product_masked_softmax_product() {
         for (dtype, tol) in CASES {
-            // Two heads' 4 queries stacked (R = 8), 6 keys, queries at positions 2..6 — and
-            // enough rows for the pool.
-            for (lead, t, s, start) in [(vec![2, 3], 4, 6, 2), (vec![3, 40], 8, 8, 0)] {
-                let r = 2 * t;
-                let mut shape = lead.clone();
-                shape.extend([r, s]);
-                let x = var(&shape, 3.0, dtype);
+            // Two heads' t queries stacked against one key/value head, queries from `start`,
+            // blocks that split a head unevenly; the last case is big enough for the pool.
+            for (lead, t, s, start, block) in
+                [(vec![2, 3], 4, 6, 2, 3), (vec![1], 5, 5, 0, 64), (vec![3, 4], 64, 70, 6, 24)]
+            {
+                let (r, hd) = (2 * t, 8);
+                let shape = |rows: usize| [lead.clone(), vec![rows, hd]].concat();
+                let (q, k, v) = (var(&shape(r), 1.0, dtype), var(&shape(s), 1.0, dtype), var(&shape(s), 1.0, dtype));
                 let scale = 0.35;
-                check(
-                    "causal_softmax",
-                    &[&x],
-                    &|ts| causal_softmax(&ts[0], t, start, scale).unwrap(),
-                    &|ts| {
-                        let mask: Vec<f64> = (0..r)
-                            .flat_map(|i| (0..s).map(move |j| if j <= start + i % t { 0.0 } else { -1e9 }))
-                            .collect();
-                        let mask = Tensor::from_vec(mask, (r, s), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
-                        let z = (&ts[0] * scale).unwrap().broadcast_add(&mask).unwrap();
-                        let max = z.max_keepdim(D::Minus1).unwrap().detach();
-                        let e = z.broadcast_sub(&max).unwrap().exp().unwrap();
-                        e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap()
-                    },
-                    tol,
-                );
+                let reference = |ts: &[Tensor]| {
+                    let mask: Vec<f64> = (0..r)
+                        .flat_map(|i| (0..s).map(move |j| if j <= start + i % t { 0.0 } else { f64::NEG_INFINITY }))
+                        .collect();
+                    let mask = Tensor::from_vec(mask, (r, s), &Device::Cpu).unwrap().to_dtype(dtype).unwrap();
+                    let kt = ts[1].t().unwrap().contiguous().unwrap();
+                    let z = (ts[0].matmul(&kt).unwrap() * scale).unwrap().broadcast_add(&mask).unwrap();
+                    let max = z.max_keepdim(D::Minus1).unwrap().detach();
+                    let e = z.broadcast_sub(&max).unwrap().exp().unwrap();
+                    let p = e.broadcast_div(&e.sum_keepdim(D::Minus1).unwrap()).unwrap();
+                    p.matmul(&ts[2]).unwrap()
+                };
+                let fused =
+                    |ts: &[Tensor]| attention_in_blocks(&ts[0], &ts[1], &ts[2], t, start, scale, block).unwrap();
+                check("attention", &[&q, &k, &v], &fused, &reference, tol * 10.0);
+                let composed = |ts: &[Tensor]| {
+                    super::super::fused::composed(|| attention(&ts[0], &ts[1], &ts[2], t, start, scale).unwrap())
+                };
+                check("composed attention", &[&q, &k, &v], &composed, &reference, tol * 10.0);
             }
         }
-        let x = Tensor::zeros((1, 6, 4), DType::F32, &Device::Cpu).unwrap();
-        assert!(causal_softmax(&x, 4, 0, 1.0).is_err(), "rows not a multiple of the queries");
+        let x = |d: &[usize]| Tensor::zeros(d, DType::F32, &Device::Cpu).unwrap();
+        assert!(attention(&x(&[1, 6, 4]), &x(&[1, 6, 4]), &x(&[1, 6, 4]), 4, 0, 1.0).is_err(), "6 rows, 4 queries");
+        assert!(attention(&x(&[1, 4, 4]), &x(&[1, 5, 4]), &x(&[1, 5, 4]), 4, 2, 1.0).is_err(), "6 positions, 5 keys");
+        assert!(
+            attention(&x(&[1, 4, 4]), &x(&[1, 5, 4]), &x(&[1, 6, 4]), 4, 0, 1.0).is_err(),
+            "keys and values differ"
+        );
+        assert!(attention(&x(&[1, 4, 4]), &x(&[2, 5, 4]), &x(&[2, 5, 4]), 4, 0, 1.0).is_err(), "batches differ");
     }
 
     #[test]
@@ -1172,7 +1434,11 @@ mod tests {
             let x = x.as_tensor();
             let outs = [
                 rms_norm(x, w.as_tensor(), 1e-5).unwrap(),
-                causal_softmax(x, 3, 37, 0.3).unwrap(),
+                {
+                    // 210 queries seeing 1..=210 keys.
+                    let a = x.reshape((1, 210, 40)).unwrap();
+                    attention(&a, &a.cos().unwrap(), &a.sin().unwrap(), 210, 0, 0.3).unwrap()
+                },
                 swiglu(x, &x.sin().unwrap()).unwrap(),
                 super::super::fused::target_logprobs(x, &t).unwrap(),
                 super::super::fused::entropy(x).unwrap(),

@@ -363,9 +363,8 @@ impl Model {
         // query heads that share a key/value head are stacked as rep·T rows against it.
         let rep = h / kvh;
         let q = q.reshape((b, kvh, rep * t, hd))?;
-        let scores = layers::matmul(&q, &k, false, true)?;
-        let p = layers::causal_softmax(&scores, t, start, 1.0 / (hd as f64).sqrt())?;
-        let out = layers::merge_heads(&layers::matmul(&p, &v, false, false)?, b, h, t)?;
+        let out = layers::attention(&q, &k, &v, t, start, 1.0 / (hd as f64).sqrt())?;
+        let out = layers::merge_heads(&out, b, h, t)?;
         linear(&out, &blk.wo)
     }
 
