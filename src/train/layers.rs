@@ -997,7 +997,7 @@ impl Gemm {
             unsafe { gemm_into(m, n, k, out.at(i * m * n), false, a, b, par) }
         };
         if batch >= 2 * threads && threads > 1 {
-            // Many small products (attention heads): one per task.
+            // Many small products: one per task.
             (0..batch).into_par_iter().for_each(|i| one(i, gemm::Parallelism::None));
         } else {
             let par = if threads > 1 { gemm::Parallelism::Rayon(threads) } else { gemm::Parallelism::None };
