@@ -70,10 +70,26 @@ pub struct StepInfo {
     pub grad_norm: f64,
 }
 
+/// Zeros like `t`, on the CPU written out rather than calloc'd. A calloc'd buffer maps the
+/// kernel's shared zero page, so the first in-place update takes a copy-on-write fault and a
+/// TLB flush on every CPU for each 4 KiB page: ~5 s for SmolLM2's two moments in the first step.
+fn written_zeros(t: &Tensor) -> candle_core::Result<Tensor> {
+    fn filled<T: Clone + Default>(n: usize) -> Vec<T> {
+        let mut v = Vec::with_capacity(n);
+        v.resize(n, T::default());
+        v
+    }
+    match (t.device().is_cpu(), t.dtype()) {
+        (true, candle_core::DType::F32) => Tensor::from_vec(filled::<f32>(t.elem_count()), t.shape(), t.device()),
+        (true, candle_core::DType::F64) => Tensor::from_vec(filled::<f64>(t.elem_count()), t.shape(), t.device()),
+        _ => t.zeros_like(),
+    }
+}
+
 impl AdamW {
     pub fn new(vars: Vec<(String, Var)>, cfg: OptimConfig) -> Result<AdamW> {
         // Two separate allocations: the CPU update writes each moment in place.
-        let zeros = || vars.iter().map(|(_, v)| v.as_tensor().zeros_like()).collect::<candle_core::Result<Vec<_>>>();
+        let zeros = || vars.iter().map(|(_, v)| written_zeros(v.as_tensor())).collect::<candle_core::Result<Vec<_>>>();
         let (m, v) = (zeros()?, zeros()?);
         Ok(AdamW { cfg, vars, m, v, step: 0 })
     }
