@@ -139,9 +139,14 @@ Prints recall@1/5/10 for BM25 and the hybrid ranker, with and without the change
         #[arg(long)]
         repos: Option<PathBuf>,
     },
-    /// Internal: decompress a file and count its lines (the floor of `bench ingest`).
+    /// Internal: decompress a file and count its lines (the floor of `bench ingest`); with
+    /// `--zstd-pages`, also compress the text in 1 MiB zstd-1 pages (its lower bound).
     #[command(hide = true, name = "bench-floor")]
-    BenchFloor { path: PathBuf },
+    BenchFloor {
+        path: PathBuf,
+        #[arg(long)]
+        zstd_pages: bool,
+    },
 }
 
 #[derive(Args, Debug)]
@@ -549,8 +554,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::BenchFloor { path } => {
-            println!("{}", crate::bench::gunzip_count(&path)?);
+        Command::BenchFloor { path, zstd_pages } => {
+            let (lines, packed) = crate::bench::gunzip_pages(&path, zstd_pages)?;
+            println!("{lines} {packed}");
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Blobs(a)) => {
