@@ -172,9 +172,9 @@ const BOUND_PAGE: usize = 1 << 20;
 
 /// Decompresses `path` and counts its lines; with `zstd_pages`, also compresses the JSON
 /// text with zstd level 1 in independent 1 MiB pages, as a Parquet column writer does with
-/// its data pages, and returns the compressed bytes too. That is the least work an ingest
-/// writing zstd-1 files must do for this text, parsing and encoding aside (a lower bound,
-/// hidden helper run as a child of `bench ingest`).
+/// its data pages, and returns the compressed bytes too. That is about the least work an
+/// ingest writing zstd-1 files does for this text when its payloads are distinct, parsing and
+/// encoding aside (the bound; hidden helper run as a child of `bench ingest`).
 pub fn gunzip_pages(path: &Path, zstd_pages: bool) -> Result<(u64, u64)> {
     let f = std::fs::File::open(path)?;
     let mut r = flate2::read::MultiGzDecoder::new(std::io::BufReader::with_capacity(256 << 10, f));
