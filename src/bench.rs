@@ -13,54 +13,73 @@ use std::process::Command;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
-use clap::Args;
 
-#[derive(Args, Debug)]
-pub struct IngestBenchArgs {
+#[derive(Debug, Clone)]
+pub struct IngestBenchOptions {
     /// Real GH Archive hour files whose events are replicated.
-    #[arg(long, num_args = 1.., default_values = ["../shared/gharchive/2015-01-01-15.json.gz", "../shared/gharchive/2025-01-01-15.json.gz"])]
-    seed: Vec<PathBuf>,
+    pub seed: Vec<PathBuf>,
     /// Minimum number of events in the generated hour.
-    #[arg(long, default_value_t = 150_000)]
-    events: usize,
+    pub events: usize,
     /// Minimum size of the generated hour as JSON, in MB.
-    #[arg(long, default_value_t = 350)]
-    mb: usize,
+    pub mb: usize,
     /// Working directory (generated hour, lakes, Parquet output).
-    #[arg(long, default_value = "target/bench-ingest")]
-    work: PathBuf,
+    pub work: PathBuf,
 }
 
-#[derive(Args, Debug)]
-pub struct BlobsBenchArgs {
+impl Default for IngestBenchOptions {
+    fn default() -> Self {
+        IngestBenchOptions {
+            seed: vec![
+                PathBuf::from("tests/data/gharchive/2015-01-01-15.json.gz"),
+                PathBuf::from("tests/data/gharchive/2025-01-01-15.json.gz"),
+            ],
+            events: 150_000,
+            mb: 350,
+            work: PathBuf::from("target/bench-ingest"),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BlobsBenchOptions {
     /// A bare or normal git repository to read every blob of. Without it, one is made from
     /// the source files under --corpus.
-    #[arg(long)]
-    repo: Option<PathBuf>,
+    pub repo: Option<PathBuf>,
     /// Directory of real files committed into the benchmark repository (default: the
     /// datafusion sources in the cargo registry, else this project's src/).
-    #[arg(long)]
-    corpus: Option<PathBuf>,
+    pub corpus: Option<PathBuf>,
     /// Working directory.
-    #[arg(long, default_value = "target/bench-blobs")]
-    work: PathBuf,
+    pub work: PathBuf,
 }
 
-#[derive(Args, Debug)]
-pub struct RewardBenchArgs {
+impl Default for BlobsBenchOptions {
+    fn default() -> Self {
+        BlobsBenchOptions { repo: None, corpus: None, work: PathBuf::from("target/bench-blobs") }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RewardBenchOptions {
     /// Reward cases (JSONL, optionally gzipped).
-    #[arg(long, default_value = "../shared/parity/reward_cases.jsonl.gz")]
-    cases: PathBuf,
+    pub cases: PathBuf,
     /// Copies of the cases scored by swelake per timing (Python runs them once).
-    #[arg(long, default_value_t = 20)]
-    repeat: usize,
+    pub repeat: usize,
     /// Timings of each side; the best is reported (this machine is shared and noisy, and the
     /// best run is the one least disturbed, for Python and swelake alike).
-    #[arg(long, default_value_t = 3)]
-    runs: usize,
+    pub runs: usize,
     /// Working directory.
-    #[arg(long, default_value = "target/bench-reward")]
-    work: PathBuf,
+    pub work: PathBuf,
+}
+
+impl Default for RewardBenchOptions {
+    fn default() -> Self {
+        RewardBenchOptions {
+            cases: PathBuf::from("tests/data/parity/reward_cases.jsonl.gz"),
+            repeat: 20,
+            runs: 3,
+            work: PathBuf::from("target/bench-reward"),
+        }
+    }
 }
 
 fn have(cmd: &str, arg: &str) -> bool {
@@ -316,7 +335,7 @@ fn floor_and_bound(hour: &Path, n: usize, bytes: usize, pin: bool) -> Result<(f6
     Ok((floor_s, bound_s))
 }
 
-pub async fn ingest(a: &IngestBenchArgs) -> Result<()> {
+pub async fn ingest(a: &IngestBenchOptions) -> Result<()> {
     std::fs::create_dir_all(&a.work)?;
     let pin = have("taskset", "-V");
     if !pin {
@@ -367,10 +386,10 @@ pub async fn ingest(a: &IngestBenchArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn reward(a: &RewardBenchArgs) -> Result<()> {
+pub fn reward(a: &RewardBenchOptions) -> Result<()> {
     std::fs::create_dir_all(&a.work)?;
     let mut cases = String::new();
-    crate::cli::open_maybe_gz(&a.cases)?.read_to_string(&mut cases)?;
+    crate::files::open_maybe_gz(&a.cases)?.read_to_string(&mut cases)?;
     let n = cases.lines().filter(|l| !l.trim().is_empty()).count();
     let plain = a.work.join("cases.jsonl");
     std::fs::write(&plain, &cases)?;
@@ -477,7 +496,7 @@ fn default_corpus(prefix: &str) -> Vec<PathBuf> {
 
 /// Blobs/s reading every blob of a repository through swelake's snapshot code, next to
 /// `git cat-file --batch` on the same list (the floor).
-pub fn blobs(a: &BlobsBenchArgs) -> Result<()> {
+pub fn blobs(a: &BlobsBenchOptions) -> Result<()> {
     std::fs::create_dir_all(&a.work)?;
     let repo_dir = match &a.repo {
         Some(r) => r.clone(),
@@ -547,8 +566,7 @@ pub fn blobs(a: &BlobsBenchArgs) -> Result<()> {
     let mut bytes = 0usize;
     for b in &blobs {
         let oid = git2::Oid::from_str(b)?;
-        let (content, _binary) =
-            crate::snapshots::git::read_blob(&repo, oid).map_err(|f| anyhow::anyhow!(f.message))?;
+        let (content, _binary) = crate::git::read_blob(&repo, oid).map_err(|f| anyhow::anyhow!(f.message))?;
         bytes += content.len();
     }
     let ours = t.elapsed().as_secs_f64();

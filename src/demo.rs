@@ -5,7 +5,6 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{Array, AsArray};
 
 use crate::ingest::IngestOptions;
 use crate::lake::Lake;
@@ -27,19 +26,11 @@ fn prepare_lake_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-async fn scalar_rows(lake: &Lake, sql: &str) -> Result<Vec<(String, i64)>> {
+/// (label, count) rows of a query; a NULL label reads as "NULL".
+async fn counts(lake: &Lake, sql: &str) -> Result<Vec<(String, i64)>> {
     let batches = crate::sql::query(lake, sql).await?;
-    let mut out = Vec::new();
-    for b in batches {
-        let keys = arrow::compute::cast(b.column(0), &arrow::datatypes::DataType::Utf8)?;
-        let keys = keys.as_string::<i32>();
-        let vals = arrow::compute::cast(b.column(1), &arrow::datatypes::DataType::Int64)?;
-        let vals = vals.as_primitive::<arrow::datatypes::Int64Type>();
-        for i in 0..b.num_rows() {
-            out.push((if keys.is_null(i) { "NULL".into() } else { keys.value(i).to_string() }, vals.value(i)));
-        }
-    }
-    Ok(out)
+    let rows: Vec<(Option<String>, i64)> = crate::query::from_batches(&batches)?;
+    Ok(rows.into_iter().map(|(k, n)| (k.unwrap_or_else(|| "NULL".into()), n)).collect())
 }
 
 /// Runs the demo and returns the report to print.
@@ -56,7 +47,7 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
     // Stage 1: ingest.
     let opts =
         IngestOptions { source: hours.to_string_lossy().into_owned(), show_progress: progress, ..Default::default() };
-    let s = crate::ingest::ingest(&lake, &opts).await?;
+    let s = crate::ingest::run(&lake, &opts).await?;
     writeln!(
         report,
         "\n[ingest] {} hour file(s): {} lines = {} events + {} rejected{}",
@@ -66,13 +57,10 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
         s.rejected,
         if s.reconciles() { " (reconciled)" } else { " (DOES NOT RECONCILE)" }
     )?;
-    for (t, n) in
-        scalar_rows(&lake, "SELECT type, count(*) FROM events GROUP BY type ORDER BY count(*) DESC, type").await?
-    {
+    for (t, n) in counts(&lake, "SELECT type, count(*) FROM events GROUP BY type ORDER BY count(*) DESC, type").await? {
         writeln!(report, "  {t:<32} {n:>6}")?;
     }
-    let reasons =
-        scalar_rows(&lake, "SELECT reason, count(*) FROM events_rejected GROUP BY reason ORDER BY reason").await?;
+    let reasons = counts(&lake, "SELECT reason, count(*) FROM events_rejected GROUP BY reason ORDER BY reason").await?;
     if !reasons.is_empty() {
         writeln!(report, "  rejected lines by reason:")?;
         for (r, n) in reasons {
@@ -84,14 +72,16 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
     // from the sample repositories, which are made by code (see `samples`).
     let repos_dir = lake.root().join("_sample_repos");
     let repos = crate::samples::create_repos(&repos_dir)?;
-    let mut snap = crate::snapshots::SnapshotOptions::new(
-        format!("{}/{{repo}}.git", repos_dir.display()),
-        lake.root().join("_mirrors"),
-    );
-    snap.show_progress = progress;
+    let mirrors =
+        crate::git::Mirrors::new(format!("{}/{{repo}}.git", repos_dir.display()), lake.root().join("_mirrors"));
     let registry = crate::jobs::Registry::load(None, None)?;
     let all: Vec<String> = registry.jobs.keys().cloned().collect();
-    let opts = crate::jobs::RunOptions { all: true, snapshots: Some(snap), ..Default::default() };
+    let opts = crate::jobs::RunOptions {
+        all: true,
+        git: Some(crate::jobs::GitOptions::new(mirrors)),
+        show_progress: progress,
+        ..Default::default()
+    };
     let summaries = crate::jobs::run(&lake, &registry, &all, &opts).await?;
     writeln!(report, "\n[repositories] {} sample git repositories in {}", repos.len(), repos_dir.display())?;
     writeln!(report, "\n[jobs]")?;
@@ -115,9 +105,9 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
     }
 
     if lake.has_table("rl_seed") {
-        let card = crate::report::write(&lake, &lake.root().join("card")).await?;
+        let card = crate::report::run(&lake, &crate::report::ReportOptions { out: lake.root().join("card") }).await?;
         writeln!(report, "  seed shards: {}", lake.root().join("shards/seed").display())?;
-        writeln!(report, "  dataset card: {}", card.display())?;
+        writeln!(report, "  dataset card: {}", card.card.display())?;
     }
     let files = crate::sql::query(
         &lake,
@@ -136,7 +126,7 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
     if cases.is_file() {
         let pool = rayon::ThreadPoolBuilder::new().build()?;
         let mut out = Vec::new();
-        let input = crate::cli::open_maybe_gz(&cases)?;
+        let input = crate::files::open_maybe_gz(&cases)?;
         let b = tokio::task::block_in_place(|| crate::reward::batch::score_stream(input, &mut out, &pool))?;
         let rows: Vec<serde_json::Value> =
             String::from_utf8(out)?.lines().map(serde_json::from_str).collect::<std::result::Result<_, _>>()?;
@@ -150,7 +140,7 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
 
     writeln!(report, "\n[tables]")?;
     for t in lake.tables()? {
-        let n = scalar_rows(&lake, &format!("SELECT '{t}', count(*) FROM \"{t}\"")).await?;
+        let n = counts(&lake, &format!("SELECT '{t}', count(*) FROM \"{t}\"")).await?;
         writeln!(report, "  {t:<20} {:>6} rows", n.first().map_or(0, |x| x.1))?;
     }
     writeln!(

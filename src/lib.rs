@@ -1,26 +1,64 @@
 //! swelake: batch lakehouse jobs that turn GH Archive events and git history into SWE-RL
-//! training data. Each stage is a module with a library entry point; the `swelake` binary
-//! (`cli`) is a thin shell over them.
+//! training data.
+//!
+//! The stages, in pipeline order, with the tables each reads and writes:
+//!
+//! | module | reads | writes |
+//! |---|---|---|
+//! | [`ingest`] | GH Archive hour files | `events`, `events_rejected` |
+//! | [`prs`] (SQL jobs `sql/pr_*.sql`, `sql/issues.sql`) | `events` | `pr_timeline`, `pull_requests`, `issues`, `pr_issue_links` |
+//! | [`snapshots`] | `pull_requests`, git mirrors | `pr_files`, `file_blobs`, `pr_commits`, `pr_snapshots`, `snapshot_errors` |
+//! | [`filters`] (SQL job `sql/pr_quality.sql`) | `pull_requests`, `pr_files`, `pr_issue_links`, `issues`, `pr_snapshots` | `pr_quality` |
+//! | [`relevance`] | `pr_quality`, `pr_snapshots`, `pr_files`, `pull_requests`, `pr_issue_links`, `issues`, git mirrors | `pr_relevant_files`, `blob_embeddings`, `file_blobs` |
+//! | [`seed`] | `pr_quality`, `pull_requests`, `pr_snapshots`, `pr_files`, `file_blobs`, `pr_relevant_files`, `pr_issue_links`, `issues` | `rl_seed`, `seed_rejections`, `shards/seed/*.parquet` |
+//! | [`report`] | `pr_quality`, `rl_seed`, `pr_files`, `seed_rejections` | `card.md` and its charts |
+//! | [`reward`] (crate `swelake-reward`) | answers, rollout tables | scores |
+//! | [`train`] (crate `swelake-train`) | `shards/seed/*.parquet`, rollout tables | checkpoints, `metrics.parquet` |
+//!
+//! Every job records what it did in `_job_runs` ([`lake::runs`]).
+//!
+//! The modules form four layers, and a module imports only from layers below its own (a test
+//! holds this):
+//! 1. infrastructure: [`lake`] (tables, run records, the blob store), [`schema`] (table
+//!    contracts), [`git`], [`lang`], [`query`] (typed reads), [`config`] (the curation file), [`files`],
+//!    and from `swelake-core` [`models`], [`memory`], [`progress`], [`charts`], [`hash`],
+//!    [`rng`];
+//! 2. stages: [`ingest`], [`prs`], [`snapshots`], [`filters`], [`relevance`], [`seed`],
+//!    [`report`], [`reward`], [`train`]; a stage imports infrastructure, and only the reward of
+//!    the other stages;
+//! 3. orchestration: [`jobs`] (the scheduler), [`udfs`] (every SQL function, registered by the
+//!    layers that plan queries), [`sql`] (the `swelake sql` command), [`demo`], [`bench`],
+//!    [`samples`];
+//! 4. [`cli`]: the command line, the only module that knows clap.
 
-pub mod bench;
-pub mod cli;
+// Infrastructure.
 pub mod config;
-pub mod demo;
+pub mod files;
+pub mod git;
+pub mod lake;
+pub mod lang;
+pub mod query;
+pub mod schema;
+pub use swelake_core::{charts, hash, memory, models, progress, rng};
+
+// Stages.
 pub mod filters;
 pub mod ingest;
-pub mod jobs;
-pub mod lake;
-pub mod memory;
-pub mod models;
-pub mod progress;
 pub mod prs;
 pub mod relevance;
 pub mod report;
-pub mod reward;
-pub mod samples;
-pub mod schema;
 pub mod seed;
 pub mod snapshots;
+pub use swelake_reward as reward;
+pub use swelake_train as train;
+
+// Orchestration.
+pub mod bench;
+pub mod demo;
+pub mod jobs;
+pub mod samples;
 pub mod sql;
-pub mod train;
 pub mod udfs;
+
+// The command line.
+pub mod cli;

@@ -1,12 +1,22 @@
 //! The table contracts in `schemas/*.toml`: columns with types, nullability and a sentence
-//! each, keys and partitioning. They are compiled in, printed by `swelake schema`, and a test
-//! checks every written table against its file, so documentation and data cannot drift apart.
+//! each, keys and partitioning. They are compiled in, and they are the only definition of a
+//! table's layout: every table's Arrow schema is built from its file ([`arrow`]), and a test
+//! checks every written table against it, so documentation and data cannot drift apart.
+//!
+//! Types are Delta's names: `string`, `binary`, `boolean`, `integer`, `long`, `float`,
+//! `double`, `date`, `timestamp` (microseconds, UTC), and nested `array<T>`, `map<K,V>` and
+//! `struct<name:T,...>`. Inside nested types, list items and map values are nullable, map keys
+//! and struct fields are not.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, LazyLock};
 
 use anyhow::{bail, Context, Result};
-use arrow::datatypes::{DataType, Schema};
+use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use serde::Deserialize;
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TableDoc {
     pub table: String,
     pub description: String,
@@ -18,6 +28,7 @@ pub struct TableDoc {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ColumnDoc {
     pub name: String,
     #[serde(rename = "type")]
@@ -51,59 +62,159 @@ pub const FILES: &[(&str, &str)] = &[
     ("seed_rejections", include_str!("../schemas/seed_rejections.toml")),
 ];
 
+/// The parsed files and their Arrow schemas, built once.
+static CONTRACTS: LazyLock<BTreeMap<&'static str, Result<(TableDoc, SchemaRef), String>>> = LazyLock::new(|| {
+    FILES
+        .iter()
+        .map(|(name, text)| {
+            let parsed = toml::from_str::<TableDoc>(text)
+                .map_err(|e| format!("parsing schemas/{name}.toml: {e}"))
+                .and_then(|doc| build(&doc).map(|s| (doc, s)).map_err(|e| format!("schemas/{name}.toml: {e:#}")));
+            (*name, parsed)
+        })
+        .collect()
+});
+
+fn contract(table: &str) -> Result<&'static (TableDoc, SchemaRef)> {
+    match CONTRACTS.get(table) {
+        Some(Ok(c)) => Ok(c),
+        Some(Err(e)) => bail!("{e}"),
+        None => bail!("no schema file for table `{table}`"),
+    }
+}
+
+/// The schema file of `table`.
 pub fn load(table: &str) -> Result<TableDoc> {
-    let Some((_, text)) = FILES.iter().find(|(n, _)| *n == table) else {
-        bail!("no schema file for table `{table}`");
-    };
-    let doc: TableDoc = toml::from_str(text).with_context(|| format!("parsing schemas/{table}.toml"))?;
-    Ok(doc)
+    Ok(contract(table)?.0.clone())
 }
 
-/// The Arrow schema of a table swelake writes with a fixed layout (not the SQL-job outputs,
-/// whose layout is their query's).
-pub fn builtin_arrow_schema(table: &str) -> Option<arrow::datatypes::SchemaRef> {
-    use crate::snapshots::tables as t;
-    Some(match table {
-        "events" => crate::ingest::batch::EVENTS_SCHEMA.clone(),
-        "events_rejected" => crate::ingest::batch::REJECTED_SCHEMA.clone(),
-        "_job_runs" => crate::jobs::runs::JOB_RUNS_SCHEMA.clone(),
-        "pr_files" => t::PR_FILES.clone(),
-        "file_blobs" => t::FILE_BLOBS.clone(),
-        "pr_commits" => t::PR_COMMITS.clone(),
-        "pr_snapshots" => t::PR_SNAPSHOTS.clone(),
-        "snapshot_errors" => t::SNAPSHOT_ERRORS.clone(),
-        other => return load(other).ok().and_then(|doc| arrow_schema(&doc).ok()),
-    })
+/// The Arrow schema of `table` (partition columns included), as its schema file describes it.
+pub fn arrow(table: &str) -> Result<SchemaRef> {
+    Ok(contract(table)?.1.clone())
 }
 
-/// The Arrow type of a schema-file type name.
-fn arrow_type(name: &str) -> anyhow::Result<DataType> {
-    use arrow::datatypes::{Field, TimeUnit};
-    Ok(match name {
-        "string" => DataType::Utf8,
-        "binary" => DataType::Binary,
-        "boolean" => DataType::Boolean,
-        "integer" => DataType::Int32,
-        "long" => DataType::Int64,
-        "float" => DataType::Float32,
-        "double" => DataType::Float64,
-        "date" => DataType::Date32,
-        "timestamp" => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-        other => match other.strip_prefix("array<").and_then(|r| r.strip_suffix('>')) {
-            Some(inner) => DataType::List(std::sync::Arc::new(Field::new("item", arrow_type(inner)?, true))),
-            None => bail!("no Arrow type for schema type `{other}`"),
-        },
-    })
+/// [`arrow`] for a table whose schema file is compiled in (a test checks that every file
+/// builds, so this cannot fail for the names the stages use).
+pub fn builtin(table: &str) -> SchemaRef {
+    arrow(table).unwrap_or_else(|e| panic!("{e:#}"))
 }
 
-/// The Arrow schema a schema file describes.
-pub fn arrow_schema(doc: &TableDoc) -> anyhow::Result<arrow::datatypes::SchemaRef> {
+/// The partition columns of `table`.
+pub fn partition_by(table: &str) -> Result<Vec<String>> {
+    Ok(contract(table)?.0.partition_by.clone())
+}
+
+fn build(doc: &TableDoc) -> Result<SchemaRef> {
     let fields = doc
         .columns
         .iter()
-        .map(|c| Ok(arrow::datatypes::Field::new(&c.name, arrow_type(&c.ty)?, c.nullable)))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(std::sync::Arc::new(Schema::new(fields)))
+        .map(|c| {
+            Ok(Field::new(&c.name, arrow_type(&c.ty).with_context(|| format!("column `{}`", c.name))?, c.nullable))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    for k in &doc.primary_key {
+        match doc.columns.iter().find(|c| &c.name == k) {
+            None => bail!("key column `{k}` is not a column"),
+            Some(c) if c.nullable => bail!("key column `{k}` is nullable"),
+            Some(_) => {}
+        }
+    }
+    Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The Arrow type of a schema-file type name.
+pub fn arrow_type(name: &str) -> Result<DataType> {
+    let mut p = TypeParser { s: name.as_bytes(), at: 0 };
+    let t = p.ty()?;
+    if p.at != p.s.len() {
+        bail!("unexpected {:?} after the type in `{name}`", &name[p.at..]);
+    }
+    Ok(t)
+}
+
+/// Recursive descent over `array<T>`, `map<K,V>`, `struct<a:T,b:U>` and the scalar names.
+struct TypeParser<'a> {
+    s: &'a [u8],
+    at: usize,
+}
+
+impl TypeParser<'_> {
+    fn word(&mut self) -> String {
+        let start = self.at;
+        while self.at < self.s.len() && (self.s[self.at].is_ascii_alphanumeric() || self.s[self.at] == b'_') {
+            self.at += 1;
+        }
+        String::from_utf8_lossy(&self.s[start..self.at]).into_owned()
+    }
+
+    fn expect(&mut self, c: u8) -> Result<()> {
+        while self.at < self.s.len() && self.s[self.at] == b' ' {
+            self.at += 1;
+        }
+        if self.s.get(self.at) != Some(&c) {
+            bail!("expected `{}` at position {} of the type", c as char, self.at);
+        }
+        self.at += 1;
+        while self.at < self.s.len() && self.s[self.at] == b' ' {
+            self.at += 1;
+        }
+        Ok(())
+    }
+
+    fn peek(&self, c: u8) -> bool {
+        self.s.get(self.at) == Some(&c)
+    }
+
+    fn ty(&mut self) -> Result<DataType> {
+        let w = self.word();
+        Ok(match w.as_str() {
+            "string" => DataType::Utf8,
+            "binary" => DataType::Binary,
+            "boolean" => DataType::Boolean,
+            "integer" => DataType::Int32,
+            "long" => DataType::Int64,
+            "float" => DataType::Float32,
+            "double" => DataType::Float64,
+            "date" => DataType::Date32,
+            "timestamp" => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
+            "array" => {
+                self.expect(b'<')?;
+                let item = self.ty()?;
+                self.expect(b'>')?;
+                DataType::List(Arc::new(Field::new("item", item, true)))
+            }
+            "map" => {
+                self.expect(b'<')?;
+                let k = self.ty()?;
+                self.expect(b',')?;
+                let v = self.ty()?;
+                self.expect(b'>')?;
+                let entries = Fields::from(vec![Field::new("keys", k, false), Field::new("values", v, true)]);
+                DataType::Map(Arc::new(Field::new("entries", DataType::Struct(entries), false)), false)
+            }
+            "struct" => {
+                self.expect(b'<')?;
+                let mut fields = Vec::new();
+                loop {
+                    let name = self.word();
+                    if name.is_empty() {
+                        bail!("a struct field without a name at position {}", self.at);
+                    }
+                    self.expect(b':')?;
+                    fields.push(Field::new(name, self.ty()?, false));
+                    if self.peek(b',') {
+                        self.expect(b',')?;
+                    } else {
+                        break;
+                    }
+                }
+                self.expect(b'>')?;
+                DataType::Struct(Fields::from(fields))
+            }
+            "" => bail!("a type name was expected at position {}", self.at),
+            other => bail!("no Arrow type for schema type `{other}`"),
+        })
+    }
 }
 
 /// The type names used in schema files (Delta's vocabulary).
@@ -195,51 +306,57 @@ pub fn diff_open(doc: &TableDoc, actual: &Schema) -> Vec<String> {
     out
 }
 
-/// Markdown rendering of a schema file, for `swelake schema`.
-pub fn render(doc: &TableDoc) -> String {
-    let mut s = format!("## {}\n\n{}\n\n", doc.table, doc.description.trim());
-    if !doc.primary_key.is_empty() {
-        s.push_str(&format!("Key: {}. ", doc.primary_key.join(", ")));
-    }
-    if !doc.partition_by.is_empty() {
-        s.push_str(&format!("Partitioned by: {}.", doc.partition_by.join(", ")));
-    }
-    s.push_str("\n\n| column | type | null | meaning |\n|---|---|---|---|\n");
-    for c in &doc.columns {
-        s.push_str(&format!(
-            "| {} | {} | {} | {} |\n",
-            c.name,
-            c.ty,
-            if c.nullable { "yes" } else { "no" },
-            c.description.trim()
-        ));
-    }
-    s
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn schema_files_match_the_code() {
-        let seed = crate::seed::seed_schema();
-        let cases: Vec<(&str, &Schema, Vec<String>)> = vec![
-            ("events", &crate::ingest::batch::EVENTS_SCHEMA, vec!["event_date".into()]),
-            ("events_rejected", &crate::ingest::batch::REJECTED_SCHEMA, vec![]),
-            ("_job_runs", &crate::jobs::runs::JOB_RUNS_SCHEMA, vec![]),
-            ("pr_files", &crate::snapshots::tables::PR_FILES, vec![]),
-            ("file_blobs", &crate::snapshots::tables::FILE_BLOBS, vec![]),
-            ("pr_commits", &crate::snapshots::tables::PR_COMMITS, vec![]),
-            ("pr_snapshots", &crate::snapshots::tables::PR_SNAPSHOTS, vec![]),
-            ("snapshot_errors", &crate::snapshots::tables::SNAPSHOT_ERRORS, vec![]),
-            ("rl_seed", &seed, vec![]),
-        ];
-        for (name, schema, parts) in cases {
-            let doc = load(name).unwrap();
-            assert_eq!(doc.table, name);
-            let d = diff(&doc, schema, &parts);
-            assert!(d.is_empty(), "{name}: {d:#?}");
+    fn every_schema_file_builds_with_non_nullable_keys() {
+        for (name, _) in FILES {
+            let (doc, schema) = contract(name).unwrap();
+            assert_eq!(doc.table, *name);
+            assert!(
+                diff(doc, schema, &doc.partition_by).is_empty(),
+                "{name}: {:?}",
+                diff(doc, schema, &doc.partition_by)
+            );
+            for k in &doc.primary_key {
+                assert!(!schema.field_with_name(k).unwrap().is_nullable(), "{name}.{k}");
+            }
         }
+    }
+
+    #[test]
+    fn nested_types_round_trip_through_their_names() {
+        for ty in [
+            "array<string>",
+            "map<string,string>",
+            "array<struct<role:string,content:string>>",
+            "struct<a:long,b:array<long>,c:map<string,double>>",
+        ] {
+            assert_eq!(type_name(&arrow_type(ty).unwrap()), ty);
+        }
+        assert!(arrow_type("array<strin>").unwrap_err().to_string().contains("`strin`"));
+        assert!(arrow_type("map<string>").is_err());
+        assert!(arrow_type("struct<a:long>x").is_err());
+    }
+
+    #[test]
+    fn nested_layout_is_what_arrow_builders_make() {
+        use arrow::array::{Array, ListBuilder, MapBuilder, StringBuilder, StructBuilder};
+        let mut m = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
+        m.append(true).unwrap();
+        assert_eq!(m.finish().data_type(), &arrow_type("map<string,string>").unwrap());
+        let fields = match arrow_type("struct<role:string,content:string>").unwrap() {
+            DataType::Struct(f) => f,
+            _ => unreachable!(),
+        };
+        let mut l = ListBuilder::new(StructBuilder::from_fields(fields.clone(), 0)).with_field(Arc::new(Field::new(
+            "item",
+            DataType::Struct(fields),
+            true,
+        )));
+        l.append(true);
+        assert_eq!(l.finish().data_type(), &arrow_type("array<struct<role:string,content:string>>").unwrap());
     }
 }

@@ -1,5 +1,6 @@
-//! `swelake sql`: read-only SQL over every table of a lake, printed as a table, CSV, a JSON
-//! array or JSON lines.
+//! `swelake sql`: read-only SQL over every table of a lake, with every swelake SQL function,
+//! printed as a table, CSV, a JSON array or JSON lines. In JSON every column of a row is a key,
+//! `null` when the value is NULL (scripts index rows by key).
 
 use std::io::Write;
 
@@ -9,7 +10,7 @@ use datafusion::execution::context::SQLOptions;
 
 use crate::lake::Lake;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// Aligned text table.
     Table,
@@ -24,6 +25,7 @@ pub enum Format {
 /// Runs `query` (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN only) and returns the batches.
 pub async fn query(lake: &Lake, query: &str) -> Result<Vec<RecordBatch>> {
     let ctx = lake.session().await?;
+    crate::udfs::register_all(&ctx);
     let options = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
     let df = ctx.sql_with_options(query, options).await.context("planning the query")?;
     df.collect().await.context("running the query")
@@ -42,7 +44,9 @@ pub fn write(batches: &[RecordBatch], format: Format, mut out: impl Write) -> Re
             }
         }
         Format::Json => {
-            let mut w = arrow::json::ArrayWriter::new(&mut out);
+            let mut w = arrow::json::WriterBuilder::new()
+                .with_explicit_nulls(true)
+                .build::<_, arrow::json::writer::JsonArray>(&mut out);
             let refs: Vec<&RecordBatch> = batches.iter().collect();
             w.write_batches(&refs)?;
             w.finish()?;
@@ -50,11 +54,43 @@ pub fn write(batches: &[RecordBatch], format: Format, mut out: impl Write) -> Re
             writeln!(out)?;
         }
         Format::Jsonl => {
-            let mut w = arrow::json::LineDelimitedWriter::new(&mut out);
+            let mut w = arrow::json::WriterBuilder::new()
+                .with_explicit_nulls(true)
+                .build::<_, arrow::json::writer::LineDelimited>(&mut out);
             let refs: Vec<&RecordBatch> = batches.iter().collect();
             w.write_batches(&refs)?;
             w.finish()?;
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use arrow::array::{ArrayRef, BooleanArray, Int64Array};
+
+    use super::*;
+
+    #[test]
+    fn json_rows_keep_every_column_null_included() {
+        let b = RecordBatch::try_from_iter(vec![
+            ("number", Arc::new(Int64Array::from(vec![9, 10])) as ArrayRef),
+            ("merged", Arc::new(BooleanArray::from(vec![None, Some(true)]))),
+        ])
+        .unwrap();
+        let mut out = Vec::new();
+        write(std::slice::from_ref(&b), Format::Jsonl, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"number\":9,\"merged\":null}\n{\"number\":10,\"merged\":true}\n"
+        );
+        let mut out = Vec::new();
+        write(&[b], Format::Json, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "[{\"number\":9,\"merged\":null},{\"number\":10,\"merged\":true}]\n"
+        );
+    }
 }

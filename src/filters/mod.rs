@@ -12,11 +12,60 @@
 pub mod udf;
 
 use std::collections::HashSet;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
+use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray};
+use datafusion::prelude::SessionContext;
 use regex::Regex;
+use serde::{Deserialize, Serialize};
 
-use crate::config::FilterConfig;
+pub const PR_QUALITY: &str = "pr_quality";
+
+/// The `[filters]` section of the curation config.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterConfig {
+    pub min_files: i64,
+    pub max_files: i64,
+    pub max_changed_lines: i64,
+    pub min_issue_chars: i64,
+    pub require_linked_issue: bool,
+    pub bot_accounts: Vec<String>,
+    pub bot_login_patterns: Vec<String>,
+    pub bot_words: Vec<String>,
+    pub noise_paths: Vec<String>,
+    pub decontaminate: Vec<String>,
+}
+
+impl Default for FilterConfig {
+    fn default() -> Self {
+        crate::config::default_section("filters")
+    }
+}
+
+/// Makes `config` visible to `sql/pr_quality.sql`: the one-row table `config_filters`
+/// (thresholds), the table `config_decontaminate(repo)`, and the filter functions built from
+/// the config's patterns (replacing the built-in ones).
+pub fn register_sql(ctx: &SessionContext, config: &FilterConfig) -> anyhow::Result<()> {
+    let f = config;
+    let thresholds = RecordBatch::try_from_iter(vec![
+        ("min_files", Arc::new(Int64Array::from(vec![f.min_files])) as ArrayRef),
+        ("max_files", Arc::new(Int64Array::from(vec![f.max_files]))),
+        ("max_changed_lines", Arc::new(Int64Array::from(vec![f.max_changed_lines]))),
+        ("min_issue_chars", Arc::new(Int64Array::from(vec![f.min_issue_chars]))),
+        ("require_linked_issue", Arc::new(BooleanArray::from(vec![f.require_linked_issue]))),
+    ])?;
+    ctx.register_batch("config_filters", thresholds)?;
+    let repos = RecordBatch::try_from_iter(vec![(
+        "repo",
+        Arc::new(StringArray::from_iter_values(f.decontaminate.iter())) as ArrayRef,
+    )])?;
+    ctx.register_batch("config_decontaminate", repos)?;
+    for u in udf::filter_udfs(Arc::new(Predicates::new(f)?)) {
+        ctx.register_udf(u);
+    }
+    Ok(())
+}
 
 /// The compiled predicates.
 #[derive(Debug)]
@@ -44,14 +93,9 @@ impl Predicates {
     }
 
     /// Predicates of the built-in config.
-    pub fn default_set() -> &'static std::sync::Arc<Predicates> {
-        static P: OnceLock<std::sync::Arc<Predicates>> = OnceLock::new();
-        P.get_or_init(|| {
-            std::sync::Arc::new(
-                Predicates::new(&crate::config::CurationConfig::load(None).expect("built-in config").filters)
-                    .expect("built-in patterns compile"),
-            )
-        })
+    pub fn default_set() -> &'static Arc<Predicates> {
+        static P: OnceLock<Arc<Predicates>> = OnceLock::new();
+        P.get_or_init(|| Arc::new(Predicates::new(&FilterConfig::default()).expect("built-in patterns compile")))
     }
 
     pub fn is_bot_account(&self, login: Option<&str>, account_type: Option<&str>) -> bool {
@@ -106,6 +150,15 @@ pub fn is_version_only_patch(patch: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn default_patterns_compile() {
+        let c = FilterConfig::default();
+        assert_eq!(c.max_files, 15);
+        for p in c.bot_login_patterns.iter().chain(&c.noise_paths) {
+            regex::Regex::new(p).unwrap();
+        }
+    }
 
     #[test]
     fn bots_and_people() {

@@ -1,14 +1,15 @@
-//! Arrow schemas of `events` and `events_rejected`, and the builders that turn parsed
-//! events and rejections into record batches. The column contract (names, types, meaning)
-//! is `schemas/events.toml` / `schemas/events_rejected.toml`; a test holds the two together.
+//! The builders that turn parsed events and rejections into record batches of `events` and
+//! `events_rejected`, in the column order of their schema files (`schemas/events.toml`,
+//! `schemas/events_rejected.toml`), which are the only definition of the tables' layout.
 
 use std::sync::{Arc, LazyLock};
+
+use arrow::datatypes::SchemaRef;
 
 use arrow::array::{
     ArrayRef, BooleanBuilder, Date32Builder, Int64Builder, ListBuilder, RecordBatch, StringBuilder,
     TimestampMicrosecondBuilder,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
 use super::event::{parse_timestamp, Event, Rejection};
 
@@ -17,96 +18,10 @@ pub const EVENTS_REJECTED: &str = "events_rejected";
 /// The events table is partitioned by the UTC date of `created_at`.
 pub const EVENT_DATE: &str = "event_date";
 
-fn ts() -> DataType {
-    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
-}
-
-fn list_of_strings() -> DataType {
-    DataType::List(Arc::new(Field::new("item", DataType::Utf8, true)))
-}
-
-/// Columns of `events` in file order (the partition column `event_date` last).
-pub static EVENTS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
-    let s = |n: &str| Field::new(n, DataType::Utf8, true);
-    let i = |n: &str| Field::new(n, DataType::Int64, true);
-    let b = |n: &str| Field::new(n, DataType::Boolean, true);
-    let t = |n: &str| Field::new(n, ts(), true);
-    Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Utf8, false),
-        Field::new("type", DataType::Utf8, false),
-        i("actor_id"),
-        s("actor_login"),
-        i("repo_id"),
-        s("repo_name"),
-        s("org_login"),
-        b("public"),
-        Field::new("created_at", ts(), false),
-        Field::new("payload", DataType::Utf8, false),
-        s("action"),
-        i("number"),
-        b("is_pull_request"),
-        i("pr_id"),
-        s("title"),
-        s("body"),
-        s("state"),
-        b("draft"),
-        s("author_login"),
-        i("author_id"),
-        s("author_type"),
-        s("author_association"),
-        Field::new("labels", list_of_strings(), true),
-        s("label"),
-        t("item_created_at"),
-        t("closed_at"),
-        b("merged"),
-        t("merged_at"),
-        s("merge_commit_sha"),
-        s("base_ref"),
-        s("base_sha"),
-        s("base_repo_name"),
-        i("base_repo_id"),
-        s("head_ref"),
-        s("head_sha"),
-        s("head_repo_name"),
-        i("head_repo_id"),
-        i("commits"),
-        i("additions"),
-        i("deletions"),
-        i("changed_files"),
-        i("comments"),
-        i("comment_id"),
-        s("comment_body"),
-        s("comment_author_login"),
-        s("comment_author_type"),
-        s("comment_path"),
-        s("review_state"),
-        s("ref_name"),
-        s("ref_type"),
-        s("push_head"),
-        s("push_before"),
-        i("push_size"),
-        Field::new("push_commit_shas", list_of_strings(), true),
-        Field::new("push_commit_messages", list_of_strings(), true),
-        Field::new("payload_trimmed", DataType::Boolean, false),
-        Field::new("source_file", DataType::Utf8, false),
-        Field::new("source_line", DataType::Int64, false),
-        Field::new(EVENT_DATE, DataType::Date32, false),
-    ]))
-});
-
-/// Columns of `events_rejected`.
-pub static REJECTED_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
-    Arc::new(Schema::new(vec![
-        Field::new("source_file", DataType::Utf8, false),
-        Field::new("line_number", DataType::Int64, false),
-        Field::new("reason", DataType::Utf8, false),
-        Field::new("detail", DataType::Utf8, false),
-        Field::new("raw", DataType::Utf8, false),
-        Field::new("raw_bytes", DataType::Int64, false),
-        Field::new("raw_truncated", DataType::Boolean, false),
-        Field::new("ingested_at", ts(), false),
-    ]))
-});
+/// The schema of `events`, built once from its schema file.
+pub static EVENTS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| crate::schema::builtin(EVENTS));
+/// The schema of `events_rejected`.
+pub static REJECTED_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| crate::schema::builtin(EVENTS_REJECTED));
 
 /// Columns whose values are mostly unique long text: no dictionary, no page statistics.
 pub const LONG_TEXT_COLUMNS: &[&str] =
@@ -321,7 +236,7 @@ impl EventsBuilder {
         let arrays = cols.finish();
         self.rows = 0;
         self.bytes = 0;
-        RecordBatch::try_new(EVENTS_SCHEMA.clone(), arrays).expect("builders follow EVENTS_SCHEMA")
+        RecordBatch::try_new(EVENTS_SCHEMA.clone(), arrays).expect("builders follow schemas/events.toml")
     }
 }
 
@@ -389,6 +304,6 @@ impl RejectedBuilder {
             Arc::new(self.ingested_at.finish()),
         ];
         self.rows = 0;
-        RecordBatch::try_new(REJECTED_SCHEMA.clone(), arrays).expect("builders follow REJECTED_SCHEMA")
+        RecordBatch::try_new(REJECTED_SCHEMA.clone(), arrays).expect("builders follow schemas/events_rejected.toml")
     }
 }

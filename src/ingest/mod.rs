@@ -27,7 +27,7 @@ use indicatif::ProgressBar;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::jobs::runs::{self, RunRecord};
+use crate::lake::runs::{self, RunRecord};
 use crate::lake::{writer_properties, Lake, StagedFile, TableWriter};
 use crate::progress;
 use batch::{
@@ -37,6 +37,11 @@ use batch::{
 use event::{parse_line, Rejection};
 use reader::{Compression, Line, LineReader};
 use source::{Hour, SourceFile};
+
+/// The tables the stage writes.
+pub const OUTPUTS: [&str; 2] = [EVENTS, EVENTS_REJECTED];
+/// Its unit of work: an hour file.
+pub const PARTITION_KEY: &str = "hour";
 
 /// Settings of one ingest run.
 #[derive(Debug, Clone)]
@@ -171,7 +176,7 @@ struct Parsed {
 }
 
 /// Ingests every file of `opts.source` into the lake.
-pub async fn ingest(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> {
+pub async fn run(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> {
     let started = Instant::now();
     let sources = source::list_sources(&opts.source, opts.from, opts.to, &opts.storage_options).await?;
     let mut events_table = lake.ensure_table(EVENTS, &EVENTS_SCHEMA, &[EVENT_DATE]).await?;

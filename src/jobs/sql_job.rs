@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Fields, Schema};
 use datafusion::prelude::{DataFrame, SessionContext};
 use deltalake::protocol::SaveMode;
@@ -14,9 +14,20 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::runs::{self, RunRecord};
-use super::{JobSpec, JobSummary, Registry, RunOptions};
+use super::{JobSpec, JobSummary, Partitioning, Registry, RunOptions, Section};
+use crate::lake::runs::{self, RunRecord};
 use crate::lake::{writer_properties, Codec, Lake, TableWriter};
+
+/// An SQL job: its file, the input whose partitions drive it, and how its result is written.
+#[derive(Debug, Clone)]
+pub struct SqlStep {
+    pub file: String,
+    pub driving_input: String,
+    pub write: WriteSpec,
+    /// A count query; when it is positive the job runs even without new partitions (e.g.
+    /// PRs snapshotted since the job's last run). It can read `job_last_run(last_run_at)`.
+    pub also_due_when: Option<String>,
+}
 
 /// How a job's result reaches its output table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -36,6 +47,7 @@ pub enum WriteMode {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct WriteSpec {
     pub mode: WriteMode,
     #[serde(default)]
@@ -50,17 +62,8 @@ pub struct WriteSpec {
     pub report: BTreeMap<String, String>,
 }
 
-/// FNV-1a, stable across runs and versions (unlike std's hasher), for input fingerprints.
-fn fnv1a(data: impl IntoIterator<Item = u8>, mut h: u64) -> u64 {
-    for b in data {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x100000001b3);
-    }
-    h
-}
-
 /// For each partition value of `table`, a fingerprint of the files that hold it.
-fn partition_fingerprints(table: &deltalake::DeltaTable, key: &str) -> Result<BTreeMap<String, String>> {
+pub(super) fn partition_fingerprints(table: &deltalake::DeltaTable, key: &str) -> Result<BTreeMap<String, String>> {
     let mut files: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for f in table.snapshot()?.log_data().iter() {
         let value = f.partition_values_map().get(key).cloned().flatten().unwrap_or_else(|| "__null__".to_string());
@@ -70,24 +73,10 @@ fn partition_fingerprints(table: &deltalake::DeltaTable, key: &str) -> Result<BT
         .into_iter()
         .map(|(k, mut paths)| {
             paths.sort();
-            let h = paths.iter().fold(0xcbf29ce484222325u64, |h, p| fnv1a(p.bytes().chain([0]), h));
+            let h = paths.iter().fold(crate::hash::OFFSET, |h, p| crate::hash::fnv1a(p.bytes().chain([0]), h));
             (k, format!("{:016x}:{}", h, paths.len()))
         })
         .collect())
-}
-
-/// One fingerprint of the current files of `inputs` (those that exist) and of `extra`.
-pub async fn inputs_fingerprint(lake: &Lake, inputs: &[String], extra: &str) -> Result<String> {
-    let mut h = fnv1a(extra.bytes(), 0xcbf29ce484222325);
-    for name in inputs {
-        if lake.has_table(name) {
-            let t = lake.open_table(name).await?;
-            for (_, fp) in partition_fingerprints(&t, "__none__")? {
-                h = fnv1a(name.bytes().chain(fp.bytes()), h);
-            }
-        }
-    }
-    Ok(format!("{h:016x}"))
 }
 
 /// Types that DataFusion produces for reading but Delta tables should store plainly.
@@ -133,36 +122,35 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "''"))
 }
 
-/// A scalar integer query.
+/// A scalar integer query (NULL, or no row, counts as 0).
 async fn scalar(ctx: &SessionContext, sql: &str) -> Result<i64> {
-    let batches = ctx.sql(sql).await?.collect().await?;
-    let b = batches.first().context("query returned no batch")?;
-    let v = arrow::compute::cast(b.column(0), &DataType::Int64)?;
-    let v = v.as_primitive::<arrow::datatypes::Int64Type>();
-    Ok(if v.is_empty() || v.is_null(0) { 0 } else { v.value(0) })
+    let v: Vec<Option<i64>> = crate::query::rows(ctx, sql).await?;
+    Ok(v.into_iter().next().flatten().unwrap_or(0))
 }
 
-pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOptions) -> Result<JobSummary> {
+pub async fn run(
+    lake: &Lake,
+    registry: &Registry,
+    job: &JobSpec,
+    step: &SqlStep,
+    opts: &RunOptions,
+) -> Result<JobSummary> {
     let mut summary = JobSummary { job: job.name.clone(), ..Default::default() };
-    let input = job.driving_input.as_deref().context("no driving_input")?;
-    let write = job.write.as_ref().context("no [write] section")?;
+    let input = step.driving_input.as_str();
+    let write = &step.write;
     let output = job.outputs.first().context("no output table")?;
     if !lake.has_table(input) {
         summary.skipped_reason = Some(format!("its input table `{input}` does not exist yet"));
         return Ok(summary);
     }
     let input_table = lake.open_table(input).await?;
-    let pk = &job.partition_key;
-    let config = match &opts.curation {
-        Some(c) => c.clone(),
-        None => crate::config::CurationConfig::load(None)?,
-    };
-    let parts = if pk == "*" {
+    let parts = match &job.partitioning {
         // The job reads its inputs as a whole: one "partition", fingerprinted by the files of
-        // every input that exists and by the config.
-        BTreeMap::from([("__all__".to_string(), inputs_fingerprint(lake, &job.inputs, &format!("{config:?}")).await?)])
-    } else {
-        partition_fingerprints(&input_table, pk)?
+        // every input that exists and by the config section it reads.
+        Partitioning::Whole => {
+            BTreeMap::from([("__all__".to_string(), super::whole_fingerprint(lake, job, opts).await?)])
+        }
+        Partitioning::Column(pk) => partition_fingerprints(&input_table, pk)?,
     };
     let done = runs::latest_ok(lake, &job.name).await?;
     let todo: Vec<(String, String)> = parts
@@ -172,15 +160,11 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
         .collect();
     summary.partitions = todo.iter().map(|(p, _)| p.clone()).collect();
 
-    let ctx = lake.session().await?;
-    register_config(&ctx, &config)?;
-    for name in &job.optional_inputs {
-        if !lake.has_table(name) {
-            let schema = crate::schema::builtin_arrow_schema(name)
-                .with_context(|| format!("optional input `{name}` has no known schema"))?;
-            let empty = datafusion::datasource::MemTable::try_new(schema, vec![vec![]])?;
-            ctx.register_table(name.as_str(), Arc::new(empty))?;
-        }
+    let optional: Vec<&str> = job.optional_inputs.iter().map(String::as_str).collect();
+    let ctx = lake.session_with(&optional).await?;
+    crate::udfs::register_all(&ctx);
+    if job.config == Some(Section::Filters) {
+        crate::filters::register_sql(&ctx, &opts.curation.filters)?;
     }
     let last_run = done.values().map(|r| r.finished_at).max().unwrap_or(0);
     ctx.register_table(
@@ -189,39 +173,42 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
             .await?
             .into_view(),
     )?;
-    let due_anyway = match &job.also_due_when {
+    let due_anyway = match &step.also_due_when {
         Some(q) if todo.is_empty() => scalar(&ctx, q).await.context("also_due_when")? > 0,
         _ => false,
     };
     if todo.is_empty() && !due_anyway {
         return Ok(summary);
     }
-    let input_schema = input_table.snapshot()?.snapshot().arrow_schema();
-    let literal = |v: &str| match input_schema.field_with_name(pk).map(|f| f.data_type().clone()) {
-        Ok(DataType::Date32) => format!("DATE {}", quote(v)),
-        _ => quote(v),
-    };
-    let list: Vec<String> = summary.partitions.iter().map(|p| literal(p)).collect();
-    let filter = if pk == "*" {
-        "true".to_string()
-    } else if list.is_empty() {
-        "false".to_string()
-    } else {
-        format!("{pk} IN ({})", list.join(", "))
+    let filter = match &job.partitioning {
+        Partitioning::Whole => "true".to_string(),
+        Partitioning::Column(_) if summary.partitions.is_empty() => "false".to_string(),
+        Partitioning::Column(pk) => {
+            let input_schema = input_table.snapshot()?.snapshot().arrow_schema();
+            let date = matches!(input_schema.field_with_name(pk).map(|f| f.data_type()), Ok(DataType::Date32));
+            let list: Vec<String> =
+                summary.partitions.iter().map(|p| if date { format!("DATE {}", quote(p)) } else { quote(p) }).collect();
+            format!("{pk} IN ({})", list.join(", "))
+        }
     };
     let new_view = ctx.sql(&format!("SELECT * FROM {input} WHERE {filter}")).await?;
     ctx.register_table(format!("{input}_new").as_str(), new_view.into_view())?;
 
-    let file = job.sql.as_deref().context("no sql file")?;
+    let file = step.file.as_str();
     let sql = registry.sql(file).with_context(|| format!("no SQL file {file}"))?;
     let result = normalize(ctx.sql(sql).await.with_context(|| format!("planning {file}"))?)?;
-    let schema: Schema = result.schema().as_arrow().clone();
+    let target = Target::of(output, result.schema().as_arrow(), file)?;
 
     let (rows, version) = match write.mode {
-        WriteMode::ReplacePartitions => write_partitions(lake, output, result, pk, &summary.partitions).await?,
-        WriteMode::Upsert => upsert(lake, output, result, &schema, write).await?,
-        WriteMode::ReplaceKeys => replace_keys(lake, &ctx, output, result, &schema, write).await?,
-        WriteMode::Overwrite => overwrite(lake, output, result, &schema).await?,
+        WriteMode::ReplacePartitions => match &job.partitioning {
+            Partitioning::Column(pk) => {
+                write_partitions(lake, output, result, &target, pk, &summary.partitions).await?
+            }
+            Partitioning::Whole => bail!("write mode replace_partitions needs a partition_key column"),
+        },
+        WriteMode::Upsert => upsert(lake, &ctx, output, result, &target, write).await?,
+        WriteMode::ReplaceKeys => replace_keys(lake, &ctx, output, result, &target, write).await?,
+        WriteMode::Overwrite => overwrite(lake, output, result, &target).await?,
     };
     summary.rows_out = rows;
 
@@ -249,6 +236,7 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
 
     if !write.report.is_empty() {
         let ctx = lake.session().await?;
+        crate::udfs::register_all(&ctx);
         for (name, q) in &write.report {
             for (k, v) in report(&ctx, q).await.with_context(|| format!("report `{name}`"))? {
                 summary.notes.insert(if k.is_empty() { name.clone() } else { format!("{name}:{k}") }, v);
@@ -258,69 +246,79 @@ pub async fn run(lake: &Lake, registry: &Registry, job: &JobSpec, opts: &RunOpti
     Ok(summary)
 }
 
-/// A report query: one number, or (label, number) rows.
+/// A report query: one number, or (label, number) rows. A NULL number counts as 0 (a sum over
+/// no rows); a NULL label reads as "NULL".
 async fn report(ctx: &SessionContext, sql: &str) -> Result<Vec<(String, i64)>> {
     let batches = ctx.sql(sql).await?.collect().await?;
-    let mut out = Vec::new();
-    for b in &batches {
-        let (label, value) = match b.num_columns() {
-            1 => (None, b.column(0)),
-            _ => (Some(arrow::compute::cast(b.column(0), &DataType::Utf8)?), b.column(1)),
-        };
-        let v = arrow::compute::cast(value, &DataType::Int64)?;
-        let v = v.as_primitive::<arrow::datatypes::Int64Type>();
-        for r in 0..b.num_rows() {
-            let k = label.as_ref().map_or(String::new(), |l| l.as_string::<i32>().value(r).to_string());
-            out.push((k, if v.is_null(r) { 0 } else { v.value(r) }));
-        }
-    }
+    let mut out: Vec<(String, i64)> = match batches.first().map(|b| b.num_columns()) {
+        Some(1) => crate::query::from_batches::<Option<i64>>(&batches)?
+            .into_iter()
+            .map(|v| (String::new(), v.unwrap_or(0)))
+            .collect(),
+        Some(_) => crate::query::from_batches::<(Option<String>, Option<i64>)>(&batches)?
+            .into_iter()
+            .map(|(k, v)| (k.unwrap_or_else(|| "NULL".into()), v.unwrap_or(0)))
+            .collect(),
+        None => Vec::new(),
+    };
     if out.is_empty() {
         out.push((String::new(), 0));
     }
     Ok(out)
 }
 
-/// Makes the curation config visible to SQL: `config_filters` (one row of thresholds),
-/// `config_decontaminate(repo)`, and the filter UDFs built from it.
-fn register_config(ctx: &SessionContext, config: &crate::config::CurationConfig) -> Result<()> {
-    use arrow::array::{BooleanArray, Int64Array, StringArray};
-    let f = &config.filters;
-    let thresholds = RecordBatch::try_from_iter(vec![
-        ("min_files", Arc::new(Int64Array::from(vec![f.min_files])) as arrow::array::ArrayRef),
-        ("max_files", Arc::new(Int64Array::from(vec![f.max_files]))),
-        ("max_changed_lines", Arc::new(Int64Array::from(vec![f.max_changed_lines]))),
-        ("min_issue_chars", Arc::new(Int64Array::from(vec![f.min_issue_chars]))),
-        ("require_linked_issue", Arc::new(BooleanArray::from(vec![f.require_linked_issue]))),
-    ])?;
-    ctx.register_batch("config_filters", thresholds)?;
-    let repos = RecordBatch::try_from_iter(vec![(
-        "repo",
-        Arc::new(StringArray::from_iter_values(f.decontaminate.iter())) as arrow::array::ArrayRef,
-    )])?;
-    ctx.register_batch("config_decontaminate", repos)?;
-    let predicates = Arc::new(crate::filters::Predicates::new(f)?);
-    for u in crate::filters::udf::filter_udfs(predicates) {
-        ctx.register_udf(u);
+/// The layout a job's result is written in: its output's schema file (the table contract)
+/// when it has one, else the query's own.
+struct Target {
+    schema: Arc<Schema>,
+}
+
+impl Target {
+    fn of(output: &str, result: &Schema, file: &str) -> Result<Target> {
+        let Ok(contract) = crate::schema::arrow(output) else {
+            return Ok(Target { schema: Arc::new(result.clone()) });
+        };
+        let want: Vec<&str> = contract.fields().iter().map(|f| f.name().as_str()).collect();
+        let have: Vec<&str> = result.fields().iter().map(|f| f.name().as_str()).collect();
+        if want != have {
+            bail!("{file} returns the columns {have:?}, but schemas/{output}.toml declares {want:?}");
+        }
+        Ok(Target { schema: contract })
     }
-    Ok(())
+
+    /// `batch` in the target layout: columns cast where the query's type differs (a time zone
+    /// spelled differently), nullability the contract's — a NULL in a non-nullable column
+    /// (a key) is an error, not a row.
+    fn conform(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        let columns = batch
+            .columns()
+            .iter()
+            .zip(self.schema.fields())
+            .map(|(c, f)| {
+                if c.data_type() == f.data_type() {
+                    Ok(c.clone())
+                } else {
+                    arrow::compute::cast(c, f.data_type())
+                        .with_context(|| format!("column `{}`: {} into {}", f.name(), c.data_type(), f.data_type()))
+                }
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+    }
 }
 
 /// Replaces the whole output table with the result.
-async fn overwrite(lake: &Lake, output: &str, result: DataFrame, schema: &Schema) -> Result<(u64, Option<i64>)> {
+async fn overwrite(lake: &Lake, output: &str, result: DataFrame, target: &Target) -> Result<(u64, Option<i64>)> {
     let batches: Vec<RecordBatch> = result.collect().await?;
     let rows = batches.iter().map(|b| b.num_rows() as u64).sum();
-    Ok((rows, rewrite(lake, output, schema, batches).await?))
+    Ok((rows, rewrite(lake, output, target, batches).await?))
 }
 
-/// Writes `batches` as the whole content of `output`, re-tagged with `schema` (same columns and
-/// storage types, the declared names and nullability). Returns the new table version.
-async fn rewrite(lake: &Lake, output: &str, schema: &Schema, batches: Vec<RecordBatch>) -> Result<Option<i64>> {
-    let schema = Arc::new(schema.clone());
-    let batches: Vec<RecordBatch> = batches
-        .into_iter()
-        .map(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
-        .collect::<Result<_, _>>()?;
-    let table = lake.ensure_table(output, &schema, &[]).await?;
+/// Writes `batches` as the whole content of `output`, in the target layout. Returns the new
+/// table version.
+async fn rewrite(lake: &Lake, output: &str, target: &Target, batches: Vec<RecordBatch>) -> Result<Option<i64>> {
+    let batches: Vec<RecordBatch> = batches.iter().map(|b| target.conform(b)).collect::<Result<_>>()?;
+    let table = lake.ensure_table(output, &target.schema, &[]).await?;
     let table = table
         .write(batches)
         .with_save_mode(SaveMode::Overwrite)
@@ -334,10 +332,11 @@ async fn write_partitions(
     lake: &Lake,
     output: &str,
     result: DataFrame,
+    target: &Target,
     pk: &str,
     parts: &[String],
 ) -> Result<(u64, Option<i64>)> {
-    let schema: Schema = result.schema().as_arrow().clone();
+    let schema = target.schema.clone();
     if schema.index_of(pk).is_err() {
         bail!("the SQL result has no partition column `{pk}`");
     }
@@ -347,7 +346,7 @@ async fn write_partitions(
     let mut stream = result.execute_stream().await?;
     let mut rows = 0u64;
     while let Some(batch) = stream.next().await {
-        let batch = batch?;
+        let batch = target.conform(&batch?)?;
         rows += batch.num_rows() as u64;
         writer.write(&batch)?;
     }
@@ -360,16 +359,19 @@ async fn write_partitions(
 /// Delta MERGE of the result into the output on the key columns.
 async fn upsert(
     lake: &Lake,
+    ctx: &SessionContext,
     output: &str,
     result: DataFrame,
-    schema: &Schema,
+    target: &Target,
     write: &WriteSpec,
 ) -> Result<(u64, Option<i64>)> {
-    let rows = result.clone().count().await? as u64;
+    let batches: Vec<RecordBatch> = result.collect().await?.iter().map(|b| target.conform(b)).collect::<Result<_>>()?;
+    let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
     if rows == 0 {
         return Ok((0, None));
     }
-    let version = lake.upsert(output, result, schema, &write.keys, write.newer_by.as_deref()).await?;
+    let source = ctx.read_batches(batches)?;
+    let version = lake.upsert(output, source, &target.schema, &write.keys, write.newer_by.as_deref()).await?;
     Ok((rows, version))
 }
 
@@ -379,7 +381,7 @@ async fn replace_keys(
     ctx: &SessionContext,
     output: &str,
     result: DataFrame,
-    schema: &Schema,
+    target: &Target,
     write: &WriteSpec,
 ) -> Result<(u64, Option<i64>)> {
     let touched_sql = write.touched.as_deref().context("replace_keys needs a `touched` query")?;
@@ -392,11 +394,11 @@ async fn replace_keys(
     if lake.has_table(output) {
         ctx.register_table("__touched", ctx.sql(touched_sql).await?.into_view())?;
         let on = write.keys.iter().map(|k| format!("o.{k} = t.{k}")).collect::<Vec<_>>().join(" AND ");
-        let cols = schema.fields().iter().map(|f| format!("o.{}", f.name())).collect::<Vec<_>>().join(", ");
+        let cols = target.schema.fields().iter().map(|f| format!("o.{}", f.name())).collect::<Vec<_>>().join(", ");
         let kept = ctx
             .sql(&format!("SELECT {cols} FROM {output} o WHERE NOT EXISTS (SELECT 1 FROM __touched t WHERE {on})"))
             .await?;
         batches.extend(normalize(kept)?.collect().await?);
     }
-    Ok((rows, rewrite(lake, output, schema, batches).await?))
+    Ok((rows, rewrite(lake, output, target, batches).await?))
 }

@@ -25,8 +25,6 @@ pub fn init_runtime() -> Result<ort::environment::Environment> {
 pub struct Encoder {
     session: Mutex<Session>,
     tokenizer: tokenizers::Tokenizer,
-    /// The same tokenizer without truncation, for counting.
-    counter: tokenizers::Tokenizer,
     /// Tokens per text (sentence-transformers' max_seq_length for this model).
     pub max_tokens: usize,
     /// Name recorded with scores.
@@ -43,9 +41,6 @@ impl Encoder {
         let tok = crate::models::fetch(&crate::models::MINILM_TOKENIZER)?;
         let mut tokenizer =
             tokenizers::Tokenizer::from_file(&tok).map_err(|e| anyhow!("loading {}: {e}", tok.display()))?;
-        let mut counter = tokenizer.clone();
-        counter.with_truncation(None).map_err(|e| anyhow!("tokenizer: {e}"))?;
-        counter.with_padding(None);
         tokenizer
             .with_truncation(Some(tokenizers::TruncationParams { max_length: 256, ..Default::default() }))
             .map_err(|e| anyhow!("tokenizer truncation: {e}"))?;
@@ -56,7 +51,7 @@ impl Encoder {
             .map_err(|e| anyhow!("{e}"))?
             .commit_from_file(&model)
             .with_context(|| format!("loading {}", model.display()))?;
-        Ok(Encoder { session: Mutex::new(session), tokenizer, counter, max_tokens: 256, name: MODEL_NAME })
+        Ok(Encoder { session: Mutex::new(session), tokenizer, max_tokens: 256, name: MODEL_NAME })
     }
 
     /// Embeds `texts` (one batch); each vector has unit length.
@@ -102,11 +97,6 @@ impl Encoder {
             out.push(v);
         }
         Ok(out)
-    }
-
-    /// Number of tokens `text` has (for budgets; no truncation).
-    pub fn count_tokens(&self, text: &str) -> usize {
-        self.counter.encode(text, false).map(|e| e.get_ids().len()).unwrap_or(0)
     }
 }
 

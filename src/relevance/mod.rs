@@ -4,8 +4,8 @@
 //! is shown; relevant files are the distractors that make it choose.
 //!
 //! Embeddings are cached per blob in `blob_embeddings` (a file shared by many PRs is embedded
-//! once) and the contents of the chosen files are added to `file_blobs`, so the seed stage
-//! reads only the lake. [`evaluate`] measures rankers leave-one-out on a lake or on any git
+//! once) and the contents of the chosen files are added to the lake's blob store
+//! (`file_blobs`), so the seed stage reads only the lake. [`evaluate`] measures rankers leave-one-out on a lake or on any git
 //! repository's history.
 
 pub mod bm25;
@@ -13,33 +13,54 @@ pub mod encoder;
 pub mod rank;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
-use arrow::array::{
-    Array, ArrayRef, AsArray, Float32Builder, Float64Array, Int64Array, ListBuilder, RecordBatch, StringArray,
-};
-use arrow::datatypes::DataType;
+use arrow::array::{ArrayRef, Float32Builder, Float64Array, Int64Array, ListBuilder, RecordBatch, StringArray};
 use git2::{Oid, Repository};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::config::RelevanceConfig;
+use crate::git::{self, Mirrors};
+use crate::lake::blobs::{self, BlobRow};
 use crate::lake::Lake;
-use crate::snapshots::git;
 use encoder::Encoder;
 use rank::{Candidate, Query, Ranker};
 
 pub const PR_RELEVANT_FILES: &str = "pr_relevant_files";
 pub const BLOB_EMBEDDINGS: &str = "blob_embeddings";
+/// The tables the stage writes (and the blob store, for the contents of the files it ranks).
+pub const OUTPUTS: [&str; 3] = [PR_RELEVANT_FILES, BLOB_EMBEDDINGS, blobs::FILE_BLOBS];
+/// Its unit of work: a PR.
+pub const PARTITION_KEY: &str = "pr";
+
+const PRS_SQL: &str = include_str!("../../sql/relevance_prs.sql");
+const FILES_SQL: &str = include_str!("../../sql/relevance_files.sql");
+const EVAL_CHANGES_SQL: &str = include_str!("../../sql/relevance_eval_changes.sql");
+
+/// The `[relevance]` section of the curation config.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RelevanceConfig {
+    pub top_k: usize,
+    pub ranker: Ranker,
+    pub max_candidate_bytes: usize,
+    pub chunk_chars: usize,
+    pub max_chunks: usize,
+    pub weights: rank::Weights,
+}
+
+impl Default for RelevanceConfig {
+    fn default() -> Self {
+        crate::config::default_section("relevance")
+    }
+}
 
 /// Settings of a relevance run.
 #[derive(Debug, Clone)]
 pub struct RelevanceOptions {
-    /// Repository URL template, as for snapshots (the mirrors are shared).
-    pub repo_url: String,
-    pub cache_dir: PathBuf,
+    /// Where the repositories are (the mirrors are shared with the snapshots).
+    pub mirrors: Mirrors,
     pub config: RelevanceConfig,
     /// Rank again PRs that already have relevant files.
     pub force: bool,
@@ -89,18 +110,12 @@ impl EmbeddingCache {
         }
         let ctx = lake.session().await?;
         let q = format!(
-            "SELECT blob_sha, chunk, vector FROM {BLOB_EMBEDDINGS} WHERE model = '{model}' ORDER BY blob_sha, chunk"
+            "SELECT blob_sha, vector FROM {BLOB_EMBEDDINGS} WHERE model = '{}' ORDER BY blob_sha, chunk",
+            model.replace('\'', "''")
         );
         let mut grouped: BTreeMap<String, Vec<Vec<f32>>> = BTreeMap::new();
-        for b in ctx.sql(&q).await?.collect().await? {
-            let sha = arrow::compute::cast(b.column(0), &DataType::Utf8)?;
-            let sha = sha.as_string::<i32>();
-            let vecs = b.column(2).as_list::<i32>();
-            for r in 0..b.num_rows() {
-                let v = vecs.value(r);
-                let v = v.as_primitive::<arrow::datatypes::Float32Type>();
-                grouped.entry(sha.value(r).to_string()).or_default().push(v.values().to_vec());
-            }
+        for (sha, vector) in crate::query::rows::<(String, Vec<f32>)>(&ctx, &q).await? {
+            grouped.entry(sha).or_default().push(vector);
         }
         c.by_blob = grouped.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
         Ok(c)
@@ -159,12 +174,15 @@ impl EmbeddingCache {
             }
         }
         let n = sha.len();
-        Ok(Some(crate::lake::non_null_batch(vec![
-            ("blob_sha", Arc::new(StringArray::from(sha)) as ArrayRef),
-            ("model", Arc::new(StringArray::from(vec![model; n]))),
-            ("chunk", Arc::new(Int64Array::from(chunk))),
-            ("vector", Arc::new(list.finish())),
-        ])?))
+        Ok(Some(RecordBatch::try_new(
+            crate::schema::arrow(BLOB_EMBEDDINGS)?,
+            vec![
+                Arc::new(StringArray::from(sha)) as ArrayRef,
+                Arc::new(StringArray::from(vec![model; n])),
+                Arc::new(Int64Array::from(chunk)),
+                Arc::new(list.finish()),
+            ],
+        )?))
     }
 }
 
@@ -178,7 +196,7 @@ pub fn candidates(
     let files = git::tree_files(repo, commit).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
     let mut out = Vec::new();
     for (path, oid, size) in files {
-        if size > max_bytes || exclude.contains(&path) || crate::snapshots::lang::language(&path).is_none() {
+        if size > max_bytes || exclude.contains(&path) || crate::lang::language(&path).is_none() {
             continue;
         }
         let (bytes, binary) = git::read_blob(repo, oid).map_err(|f| anyhow::anyhow!(f.message))?;
@@ -256,97 +274,64 @@ pub struct RelevanceSummary {
     pub failures: BTreeMap<String, usize>,
 }
 
-fn strings(b: &RecordBatch, i: usize) -> Result<arrow::array::StringArray> {
-    Ok(arrow::compute::cast(b.column(i), &DataType::Utf8)?.as_string::<i32>().clone())
+/// A kept PR to rank (a row of `sql/relevance_prs.sql`).
+#[derive(Debug, Deserialize)]
+struct PrToRank {
+    repo_name: String,
+    pr_number: i64,
+    merge_base: String,
+    text: String,
+    merged_at: Option<i64>,
 }
 
-/// Per repository: the PRs to rank, their texts, changed files and history.
+/// A changed file of a snapshotted PR (a row of `sql/relevance_files.sql`).
+#[derive(Debug, Deserialize)]
+struct ChangedFile {
+    repo_name: String,
+    pr_number: i64,
+    path: String,
+    old_path: Option<String>,
+    merged_at: Option<i64>,
+}
+
+/// Per repository: the PRs to rank, their changed files (path, old path) and the history of
+/// changes (merge time, PR, paths).
+#[derive(Default)]
 struct Work {
-    prs: Vec<(i64, String, String, i64)>,
+    prs: Vec<PrToRank>,
     changed: HashMap<i64, Vec<(String, Option<String>)>>,
     history: Vec<(i64, i64, Vec<String>)>,
 }
 
 async fn load_work(lake: &Lake, force: bool) -> Result<(BTreeMap<String, Work>, usize)> {
-    let ctx = lake.session().await?;
+    // Issue text when the lake has the link and issue tables (filters may run without them).
+    let ctx = lake.session_with(&["pr_issue_links", "issues"]).await?;
     let done: HashSet<(String, i64)> = if lake.has_table(PR_RELEVANT_FILES) && !force {
-        let mut s = HashSet::new();
-        for b in
-            ctx.sql(&format!("SELECT DISTINCT repo_name, pr_number FROM {PR_RELEVANT_FILES}")).await?.collect().await?
-        {
-            let (r, n) = (strings(&b, 0)?, b.column(1).as_primitive::<arrow::datatypes::Int64Type>().clone());
-            for i in 0..b.num_rows() {
-                s.insert((r.value(i).to_string(), n.value(i)));
-            }
-        }
-        s
+        crate::query::rows(&ctx, &format!("SELECT DISTINCT repo_name, pr_number FROM {PR_RELEVANT_FILES}"))
+            .await?
+            .into_iter()
+            .collect()
     } else {
         HashSet::new()
     };
-    // Issue text when the lake has the link and issue tables (filters may run without them).
-    let issue_text = if lake.has_table("pr_issue_links") && lake.has_table("issues") {
-        "SELECT l.repo_name, l.pr_number, string_agg(concat(coalesce(i.title, ''), '\n', coalesce(i.body, '')), '\n') AS text \
-         FROM pr_issue_links l JOIN issues i ON i.repo_name = l.issue_repo_name AND i.number = l.issue_number \
-         GROUP BY l.repo_name, l.pr_number"
-    } else {
-        "SELECT CAST(NULL AS VARCHAR) AS repo_name, CAST(NULL AS BIGINT) AS pr_number, CAST(NULL AS VARCHAR) AS text WHERE false"
-    };
-    let prs_sql = format!(
-        "SELECT q.repo_name, q.pr_number, s.merge_base, \
-        concat(coalesce(p.title, ''), '\n', coalesce(p.body, ''), '\n', coalesce(it.text, '')) AS text, \
-        CAST(coalesce(p.merged_at, p.last_event_at) AS BIGINT) AS t \
-        FROM pr_quality q \
-        JOIN pr_snapshots s ON s.repo_name = q.repo_name AND s.pr_number = q.pr_number AND s.status = 'ok' \
-        JOIN pull_requests p ON p.repo_name = q.repo_name AND p.number = q.pr_number \
-        LEFT JOIN ({issue_text}) it ON it.repo_name = q.repo_name AND it.pr_number = q.pr_number \
-        WHERE q.keep ORDER BY q.repo_name, q.pr_number"
-    );
     let mut work: BTreeMap<String, Work> = BTreeMap::new();
     let mut already = 0;
-    for b in ctx.sql(&prs_sql).await?.collect().await? {
-        let (repo, mb, text) = (strings(&b, 0)?, strings(&b, 2)?, strings(&b, 3)?);
-        let (num, t) = (
-            b.column(1).as_primitive::<arrow::datatypes::Int64Type>().clone(),
-            b.column(4).as_primitive::<arrow::datatypes::Int64Type>().clone(),
-        );
-        for i in 0..b.num_rows() {
-            if done.contains(&(repo.value(i).to_string(), num.value(i))) {
-                already += 1;
-                continue;
-            }
-            work.entry(repo.value(i).to_string())
-                .or_insert_with(|| Work { prs: Vec::new(), changed: HashMap::new(), history: Vec::new() })
-                .prs
-                .push((
-                    num.value(i),
-                    mb.value(i).to_string(),
-                    text.value(i).to_string(),
-                    if t.is_null(i) { 0 } else { t.value(i) },
-                ));
+    for pr in crate::query::rows::<PrToRank>(&ctx, PRS_SQL).await.context("sql/relevance_prs.sql")? {
+        if done.contains(&(pr.repo_name.clone(), pr.pr_number)) {
+            already += 1;
+            continue;
         }
+        work.entry(pr.repo_name.clone()).or_default().prs.push(pr);
     }
-    let files_sql = "SELECT f.repo_name, f.pr_number, f.path, f.old_path, f.status, \
-        CAST(coalesce(p.merged_at, p.last_event_at) AS BIGINT) FROM pr_files f \
-        JOIN pull_requests p ON p.repo_name = f.repo_name AND p.number = f.pr_number";
     let mut hist: HashMap<(String, i64), (i64, Vec<String>)> = HashMap::new();
-    for b in ctx.sql(files_sql).await?.collect().await? {
-        let (repo, path, old, status) = (strings(&b, 0)?, strings(&b, 2)?, strings(&b, 3)?, strings(&b, 4)?);
-        let (num, t) = (
-            b.column(1).as_primitive::<arrow::datatypes::Int64Type>().clone(),
-            b.column(5).as_primitive::<arrow::datatypes::Int64Type>().clone(),
-        );
-        for i in 0..b.num_rows() {
-            let key = (repo.value(i).to_string(), num.value(i));
-            let old_path = (!old.is_null(i)).then(|| old.value(i).to_string());
-            let e = hist.entry(key.clone()).or_insert((if t.is_null(i) { 0 } else { t.value(i) }, Vec::new()));
-            e.1.push(path.value(i).to_string());
-            if let Some(o) = &old_path {
-                e.1.push(o.clone());
-            }
-            if let Some(w) = work.get_mut(&key.0) {
-                let _ = status.value(i);
-                w.changed.entry(key.1).or_default().push((path.value(i).to_string(), old_path));
-            }
+    for f in crate::query::rows::<ChangedFile>(&ctx, FILES_SQL).await.context("sql/relevance_files.sql")? {
+        let e = hist.entry((f.repo_name.clone(), f.pr_number)).or_insert((f.merged_at.unwrap_or(0), Vec::new()));
+        e.1.push(f.path.clone());
+        if let Some(o) = &f.old_path {
+            e.1.push(o.clone());
+        }
+        if let Some(w) = work.get_mut(&f.repo_name) {
+            w.changed.entry(f.pr_number).or_default().push((f.path, f.old_path));
         }
     }
     for ((repo, num), (t, files)) in hist {
@@ -387,12 +372,11 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     };
     let model = format!("{}+{}", cfg.ranker.name(), enc.as_ref().map_or("none", |e| e.name));
     let mut cache = EmbeddingCache::load(lake, encoder::MODEL_NAME).await?;
-    let mut rows: Vec<(String, i64, usize, String, String, f64, String)> = Vec::new();
-    let mut blobs: Vec<crate::snapshots::tables::BlobRow> = Vec::new();
+    let mut rows: Vec<RelevantFile> = Vec::new();
+    let mut blobs: Vec<BlobRow> = Vec::new();
     let mut redo: Vec<(String, i64)> = Vec::new();
     for (repo_name, mut w) in work {
-        let url = opts.repo_url.replace("{repo}", &repo_name);
-        let repo = match git::open_mirror(&opts.cache_dir, &repo_name, &url) {
+        let repo = match opts.mirrors.open(&repo_name) {
             Ok(r) => r,
             Err(f) => {
                 *summary.failures.entry(f.reason.to_string()).or_default() += w.prs.len();
@@ -400,8 +384,9 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
             }
         };
         w.history.sort();
-        for (num, mb, text, t) in &w.prs {
-            let Ok(base) = Oid::from_str(mb) else { continue };
+        for pr in &w.prs {
+            let (num, text, t) = (&pr.pr_number, &pr.text, &pr.merged_at.unwrap_or(0));
+            let Ok(base) = Oid::from_str(&pr.merge_base) else { continue };
             let changed_pairs = w.changed.get(num).cloned().unwrap_or_default();
             let mut exclude: HashSet<String> = HashSet::new();
             let mut visible = Vec::new();
@@ -446,8 +431,16 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
             let ranked = rank_change(&change, &cands, cfg.ranker, &cfg.weights, true);
             for (rank, (i, score)) in ranked.into_iter().take(cfg.top_k).enumerate() {
                 let c = &cands[i];
-                rows.push((repo_name.clone(), *num, rank + 1, c.path.clone(), c.blob.clone(), score, model.clone()));
-                blobs.push(crate::snapshots::tables::BlobRow {
+                rows.push(RelevantFile {
+                    repo_name: repo_name.clone(),
+                    pr_number: *num,
+                    rank: rank + 1,
+                    path: c.path.clone(),
+                    blob_sha: c.blob.clone(),
+                    score,
+                    model: model.clone(),
+                });
+                blobs.push(BlobRow {
                     sha: c.blob.clone(),
                     size: c.content.len(),
                     is_binary: false,
@@ -474,41 +467,44 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
         }
     }
     if !rows.is_empty() {
-        let batch = crate::lake::non_null_batch(vec![
-            ("repo_name", Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0.as_str()))) as ArrayRef),
-            ("pr_number", Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1)))),
-            ("rank", Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2 as i64)))),
-            ("path", Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.3.as_str())))),
-            ("blob_sha", Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.4.as_str())))),
-            ("score", Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.5)))),
-            ("model", Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.6.as_str())))),
-        ])?;
-        let t = lake.ensure_table(PR_RELEVANT_FILES, &batch.schema(), &[]).await?;
+        let batch = relevant_files_batch(&rows)?;
+        let t = lake.ensure_contract_table(PR_RELEVANT_FILES).await?;
         lake.append(t, vec![batch]).await?;
     }
     if let Some(b) = cache.take_new_batch(encoder::MODEL_NAME)? {
-        let t = lake.ensure_table(BLOB_EMBEDDINGS, &b.schema(), &[]).await?;
+        let t = lake.ensure_contract_table(BLOB_EMBEDDINGS).await?;
         lake.append(t, vec![b]).await?;
     }
-    let known: HashSet<String> = if lake.has_table(crate::snapshots::FILE_BLOBS) {
-        let ctx = lake.session().await?;
-        let mut s = HashSet::new();
-        for b in ctx.sql("SELECT blob_sha FROM file_blobs").await?.collect().await? {
-            let c = strings(&b, 0)?;
-            s.extend((0..b.num_rows()).map(|i| c.value(i).to_string()));
-        }
-        s
-    } else {
-        HashSet::new()
-    };
-    let mut seen = HashSet::new();
-    blobs.retain(|b| !known.contains(&b.sha) && seen.insert(b.sha.clone()));
-    if !blobs.is_empty() {
-        let batch = crate::snapshots::tables::blobs_batch(&blobs);
-        let t = lake.ensure_table(crate::snapshots::FILE_BLOBS, &batch.schema(), &[]).await?;
-        lake.append(t, vec![batch]).await?;
-    }
+    blobs::insert_absent(lake, blobs).await?;
     Ok(summary)
+}
+
+/// One row of `pr_relevant_files`.
+struct RelevantFile {
+    repo_name: String,
+    pr_number: i64,
+    rank: usize,
+    path: String,
+    blob_sha: String,
+    score: f64,
+    model: String,
+}
+
+fn relevant_files_batch(rows: &[RelevantFile]) -> Result<RecordBatch> {
+    let strs =
+        |f: &dyn Fn(&RelevantFile) -> &str| -> ArrayRef { Arc::new(StringArray::from_iter_values(rows.iter().map(f))) };
+    Ok(RecordBatch::try_new(
+        crate::schema::arrow(PR_RELEVANT_FILES)?,
+        vec![
+            strs(&|r| &r.repo_name),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.pr_number))),
+            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.rank as i64))),
+            strs(&|r| &r.path),
+            strs(&|r| &r.blob_sha),
+            Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.score))),
+            strs(&|r| &r.model),
+        ],
+    )?)
 }
 
 /// One leave-one-out case: a change with one of its files hidden among the candidates.
@@ -557,7 +553,7 @@ fn eval_cases_for_change(
     let at_base: HashSet<String> =
         git::tree_files(repo, base).map_err(|f| anyhow::anyhow!(f.message))?.into_iter().map(|(p, _, _)| p).collect();
     // Hide only code files that exist at the base (an added file is not a candidate).
-    let code: Vec<&String> = changed.iter().filter(|p| crate::snapshots::lang::language(p).is_some()).collect();
+    let code: Vec<&String> = changed.iter().filter(|p| crate::lang::language(p).is_some()).collect();
     if code.len() < 2 {
         return Ok(());
     }
@@ -670,29 +666,29 @@ pub fn evaluate(
 
 /// Changes of one repository from a lake: merged, snapshotted PRs in time order.
 pub async fn changes_from_lake(lake: &Lake, repo_name: &str) -> Result<Vec<(Oid, String, Vec<String>)>> {
+    #[derive(Deserialize)]
+    struct Row {
+        merge_base: String,
+        text: String,
+        path: String,
+        old_path: Option<String>,
+        status: String,
+    }
     let ctx = lake.session().await?;
-    let q = format!(
-        "SELECT s.merge_base, concat(coalesce(p.title, ''), '\n', coalesce(p.body, '')), f.path, f.old_path, f.status \
-         FROM pr_snapshots s JOIN pull_requests p ON p.repo_name = s.repo_name AND p.number = s.pr_number \
-         JOIN pr_files f ON f.repo_name = s.repo_name AND f.pr_number = s.pr_number \
-         WHERE s.status = 'ok' AND s.repo_name = '{}' ORDER BY p.merged_at, s.pr_number",
-        repo_name.replace('\'', "''")
-    );
+    let repo =
+        RecordBatch::try_from_iter(vec![("repo_name", Arc::new(StringArray::from(vec![repo_name])) as ArrayRef)])?;
+    ctx.register_batch("eval_repo", repo)?;
     let mut out: Vec<(Oid, String, Vec<String>)> = Vec::new();
-    for b in ctx.sql(&q).await?.collect().await? {
-        let (mb, text, path, old, status) =
-            (strings(&b, 0)?, strings(&b, 1)?, strings(&b, 2)?, strings(&b, 3)?, strings(&b, 4)?);
-        for i in 0..b.num_rows() {
-            let oid = Oid::from_str(mb.value(i)).context("merge base")?;
-            // The file as it is at the base: the old path of renames; additions do not exist there.
-            if status.value(i) == "A" {
-                continue;
-            }
-            let p = if old.is_null(i) { path.value(i).to_string() } else { old.value(i).to_string() };
-            match out.last_mut() {
-                Some(last) if last.0 == oid && last.1 == text.value(i) => last.2.push(p),
-                _ => out.push((oid, text.value(i).to_string(), vec![p])),
-            }
+    for r in crate::query::rows::<Row>(&ctx, EVAL_CHANGES_SQL).await.context("sql/relevance_eval_changes.sql")? {
+        let oid = Oid::from_str(&r.merge_base).with_context(|| format!("merge base {:?}", r.merge_base))?;
+        // The file as it is at the base: the old path of renames; additions do not exist there.
+        if r.status == "A" {
+            continue;
+        }
+        let p = r.old_path.unwrap_or(r.path);
+        match out.last_mut() {
+            Some(last) if last.0 == oid && last.1 == r.text => last.2.push(p),
+            _ => out.push((oid, r.text, vec![p])),
         }
     }
     Ok(out)

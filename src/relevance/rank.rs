@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use super::bm25::Bm25;
 
 /// Which ranker to use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Ranker {
     /// BM25 on text and changed paths (the baseline).
@@ -40,7 +40,7 @@ impl Ranker {
 
 /// Weights of the hybrid ranker (documented in `config/curation.toml`).
 #[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct Weights {
     pub bm25: f64,
     pub embedding: f64,

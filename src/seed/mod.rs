@@ -17,18 +17,50 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 use arrow::array::{
-    Array, ArrayRef, AsArray, Float64Builder, Int64Builder, ListBuilder, MapBuilder, RecordBatch, StringBuilder,
-    StructBuilder,
+    ArrayRef, Float64Builder, Int64Builder, ListBuilder, MapBuilder, RecordBatch, StringBuilder, StructBuilder,
 };
-use arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef};
-use serde::Serialize;
+use arrow::datatypes::{DataType, Field, Fields, SchemaRef};
+use serde::{Deserialize, Serialize};
 
-use crate::config::SeedConfig;
 use crate::lake::Lake;
+use datafusion::prelude::SessionContext;
 
 pub const RL_SEED: &str = "rl_seed";
 pub const SEED_REJECTIONS: &str = "seed_rejections";
+/// The tables the stage writes (and the shards under `LAKE/shards/seed/`).
+pub const OUTPUTS: [&str; 2] = [RL_SEED, SEED_REJECTIONS];
 pub const DATA_SOURCE: &str = "swelake/swe-rl-seed";
+
+const PRS_SQL: &str = include_str!("../../sql/seed_prs.sql");
+const ISSUES_SQL: &str = include_str!("../../sql/seed_issues.sql");
+const FILES_SQL: &str = include_str!("../../sql/seed_files.sql");
+const RELEVANT_SQL: &str = include_str!("../../sql/seed_relevant.sql");
+
+/// The `[seed]` section of the curation config.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SeedConfig {
+    pub max_prompt_tokens: usize,
+    pub tokenizer: String,
+    pub test_fraction: f64,
+    pub test_after: String,
+    pub rows_per_shard: usize,
+    pub system_template: String,
+    pub user_template: String,
+    pub shuffle_seed: u64,
+}
+
+impl Default for SeedConfig {
+    fn default() -> Self {
+        crate::config::default_section("seed")
+    }
+}
+
+/// Settings of a seed run.
+#[derive(Debug, Clone, Default)]
+pub struct SeedOptions {
+    pub config: SeedConfig,
+}
 
 /// One instance before it becomes a row.
 #[derive(Debug, Clone, Serialize)]
@@ -91,9 +123,9 @@ impl Templates {
     }
 }
 
-/// FNV-1a: stable across runs and platforms, for the split and the file order.
+/// A hash stable across runs and platforms, for the split and the file order.
 fn fnv(s: &str, seed: u64) -> u64 {
-    s.bytes().fold(0xcbf29ce484222325u64 ^ seed, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100000001b3))
+    crate::hash::fnv1a(s.bytes(), crate::hash::OFFSET ^ seed)
 }
 
 /// `train`, `test`, or `excluded`: a repository is all train or all test (by a hash of its
@@ -112,34 +144,68 @@ pub fn split_of(repo: &str, merged_at: &str, cfg: &SeedConfig) -> &'static str {
     }
 }
 
-/// Deterministic shuffle (Fisher-Yates with an LCG seeded by the instance).
-fn shuffle<T>(v: &mut [T], seed: u64) {
-    let mut s = seed | 1;
-    for i in (1..v.len()).rev() {
-        s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        let j = (s >> 33) as usize % (i + 1);
-        v.swap(i, j);
-    }
-}
-
-/// A PR's raw material, read from the lake.
-#[derive(Debug, Default, Clone)]
+/// A PR's raw material, read from the lake (a row of `sql/seed_prs.sql`, then its issues,
+/// files and relevant files).
+#[derive(Debug, Default, Clone, Deserialize)]
 struct Material {
-    repo: String,
-    number: i64,
+    repo_name: String,
+    pr_number: i64,
     title: String,
     body: String,
-    merged_at: String,
+    merged_at: Option<String>,
     base_sha: String,
     head_sha: String,
-    merge_base: String,
-    issues: Vec<(i64, String, String)>,
-    files: Vec<FileRow>,
-    relevant: Vec<(String, String)>,
+    merge_base: Option<String>,
+    #[serde(skip)]
+    issues: Vec<Issue>,
+    #[serde(skip)]
+    files: Vec<ChangedFile>,
+    #[serde(skip)]
+    relevant: Vec<Relevant>,
 }
 
-/// (path, old path, status, old blob, new blob, patch, is_binary, language)
-type FileRow = (String, Option<String>, String, Option<String>, Option<String>, String, bool, Option<String>);
+/// A row of `sql/seed_issues.sql`.
+#[derive(Debug, Clone, Deserialize)]
+struct Issue {
+    repo_name: String,
+    pr_number: i64,
+    issue_number: i64,
+    title: String,
+    body: String,
+}
+
+/// A row of `sql/seed_files.sql`.
+#[derive(Debug, Clone, Deserialize)]
+struct ChangedFile {
+    repo_name: String,
+    pr_number: i64,
+    path: String,
+    old_path: Option<String>,
+    status: String,
+    old_blob: Option<String>,
+    new_blob: Option<String>,
+    patch: String,
+    is_binary: bool,
+    language: Option<String>,
+}
+
+/// A row of `sql/seed_relevant.sql`.
+#[derive(Debug, Clone, Deserialize)]
+struct Relevant {
+    repo_name: String,
+    pr_number: i64,
+    path: String,
+    blob_sha: String,
+}
+
+/// A kept PR that could not become an instance (a row of `seed_rejections`).
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    pub repo_name: String,
+    pub pr_number: i64,
+    pub reason: String,
+    pub detail: String,
+}
 
 /// What a seed run built.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -154,92 +220,28 @@ pub struct SeedSummary {
     pub mean_prompt_tokens: f64,
 }
 
-fn col_str(b: &RecordBatch, i: usize) -> Result<arrow::array::StringArray> {
-    Ok(arrow::compute::cast(b.column(i), &DataType::Utf8)?.as_string::<i32>().clone())
-}
-
-fn opt(a: &arrow::array::StringArray, r: usize) -> Option<String> {
-    (!a.is_null(r)).then(|| a.value(r).to_string())
-}
-
 async fn load_material(lake: &Lake) -> Result<BTreeMap<(String, i64), Material>> {
-    let ctx = lake.session().await?;
+    let ctx = lake.session_with(&["pr_issue_links", "issues", "pr_relevant_files"]).await?;
+    async fn rows<T: serde::de::DeserializeOwned>(ctx: &SessionContext, sql: &str, name: &str) -> Result<Vec<T>> {
+        crate::query::rows(ctx, sql).await.with_context(|| format!("sql/{name}"))
+    }
     let mut m: BTreeMap<(String, i64), Material> = BTreeMap::new();
-    let q =
-        "SELECT q.repo_name, q.pr_number, coalesce(p.title, ''), coalesce(p.body, ''), CAST(p.merged_at AS VARCHAR), \
-             s.base_sha, s.head_sha, s.merge_base \
-             FROM pr_quality q JOIN pull_requests p ON p.repo_name = q.repo_name AND p.number = q.pr_number \
-             JOIN pr_snapshots s ON s.repo_name = q.repo_name AND s.pr_number = q.pr_number AND s.status = 'ok' \
-             WHERE q.keep";
-    for b in ctx.sql(q).await?.collect().await? {
-        let c: Vec<_> = (0..8).map(|i| col_str(&b, i)).collect::<Result<_>>()?;
-        for r in 0..b.num_rows() {
-            let number: i64 = c[1].value(r).parse().unwrap_or_default();
-            m.insert(
-                (c[0].value(r).to_string(), number),
-                Material {
-                    repo: c[0].value(r).to_string(),
-                    number,
-                    title: c[2].value(r).to_string(),
-                    body: c[3].value(r).to_string(),
-                    merged_at: opt(&c[4], r).unwrap_or_default(),
-                    base_sha: c[5].value(r).to_string(),
-                    head_sha: c[6].value(r).to_string(),
-                    merge_base: opt(&c[7], r).unwrap_or_default(),
-                    ..Default::default()
-                },
-            );
+    for x in rows::<Material>(&ctx, PRS_SQL, "seed_prs.sql").await? {
+        m.insert((x.repo_name.clone(), x.pr_number), x);
+    }
+    for i in rows::<Issue>(&ctx, ISSUES_SQL, "seed_issues.sql").await? {
+        if let Some(x) = m.get_mut(&(i.repo_name.clone(), i.pr_number)) {
+            x.issues.push(i);
         }
     }
-    let q = "SELECT l.repo_name, l.pr_number, l.issue_number, coalesce(i.title, ''), coalesce(i.body, '') \
-             FROM pr_issue_links l JOIN issues i ON i.repo_name = l.issue_repo_name AND i.number = l.issue_number \
-             ORDER BY l.issue_number";
-    if lake.has_table("pr_issue_links") && lake.has_table("issues") {
-        for b in ctx.sql(q).await?.collect().await? {
-            let c: Vec<_> = (0..5).map(|i| col_str(&b, i)).collect::<Result<_>>()?;
-            for r in 0..b.num_rows() {
-                let key = (c[0].value(r).to_string(), c[1].value(r).parse().unwrap_or_default());
-                if let Some(x) = m.get_mut(&key) {
-                    x.issues.push((
-                        c[2].value(r).parse().unwrap_or_default(),
-                        c[3].value(r).to_string(),
-                        c[4].value(r).to_string(),
-                    ));
-                }
-            }
+    for f in rows::<ChangedFile>(&ctx, FILES_SQL, "seed_files.sql").await? {
+        if let Some(x) = m.get_mut(&(f.repo_name.clone(), f.pr_number)) {
+            x.files.push(f);
         }
     }
-    let q = "SELECT repo_name, pr_number, path, old_path, status, old_blob, new_blob, patch, CAST(is_binary AS VARCHAR), language \
-             FROM pr_files ORDER BY repo_name, pr_number, path";
-    for b in ctx.sql(q).await?.collect().await? {
-        let c: Vec<_> = (0..10).map(|i| col_str(&b, i)).collect::<Result<_>>()?;
-        for r in 0..b.num_rows() {
-            let key = (c[0].value(r).to_string(), c[1].value(r).parse().unwrap_or_default());
-            if let Some(x) = m.get_mut(&key) {
-                x.files.push((
-                    c[2].value(r).to_string(),
-                    opt(&c[3], r),
-                    c[4].value(r).to_string(),
-                    opt(&c[5], r),
-                    opt(&c[6], r),
-                    c[7].value(r).to_string(),
-                    c[8].value(r) == "true",
-                    opt(&c[9], r),
-                ));
-            }
-        }
-    }
-    if lake.has_table(crate::relevance::PR_RELEVANT_FILES) {
-        let q =
-            "SELECT repo_name, pr_number, path, blob_sha FROM pr_relevant_files ORDER BY repo_name, pr_number, rank";
-        for b in ctx.sql(q).await?.collect().await? {
-            let c: Vec<_> = (0..4).map(|i| col_str(&b, i)).collect::<Result<_>>()?;
-            for r in 0..b.num_rows() {
-                let key = (c[0].value(r).to_string(), c[1].value(r).parse().unwrap_or_default());
-                if let Some(x) = m.get_mut(&key) {
-                    x.relevant.push((c[2].value(r).to_string(), c[3].value(r).to_string()));
-                }
-            }
+    for r in rows::<Relevant>(&ctx, RELEVANT_SQL, "seed_relevant.sql").await? {
+        if let Some(x) = m.get_mut(&(r.repo_name.clone(), r.pr_number)) {
+            x.relevant.push(r);
         }
     }
     Ok(m)
@@ -247,20 +249,18 @@ async fn load_material(lake: &Lake) -> Result<BTreeMap<(String, i64), Material>>
 
 /// Contents of the needed blobs (UTF-8 text only).
 async fn load_blobs(lake: &Lake, wanted: &[String]) -> Result<HashMap<String, String>> {
-    let mut out = HashMap::new();
-    if wanted.is_empty() || !lake.has_table(crate::snapshots::FILE_BLOBS) {
-        return Ok(out);
+    if wanted.is_empty() || !lake.has_table(crate::lake::blobs::FILE_BLOBS) {
+        return Ok(HashMap::new());
     }
     let ctx = lake.session().await?;
-    let list = wanted.iter().map(|s| format!("'{s}'")).collect::<Vec<_>>().join(", ");
-    let q = format!("SELECT blob_sha, content FROM file_blobs WHERE content IS NOT NULL AND blob_sha IN ({list})");
-    for b in ctx.sql(&q).await?.collect().await? {
-        let (s, c) = (col_str(&b, 0)?, col_str(&b, 1)?);
-        for r in 0..b.num_rows() {
-            out.insert(s.value(r).to_string(), c.value(r).to_string());
-        }
-    }
-    Ok(out)
+    let ids = RecordBatch::try_from_iter(vec![(
+        "blob_sha",
+        Arc::new(arrow::array::StringArray::from_iter_values(wanted)) as ArrayRef,
+    )])?;
+    ctx.register_batch("wanted_blobs", ids)?;
+    let q = "SELECT b.blob_sha, b.content FROM file_blobs b JOIN wanted_blobs w ON w.blob_sha = b.blob_sha \
+             WHERE b.content IS NOT NULL";
+    Ok(crate::query::rows::<(String, String)>(&ctx, q).await?.into_iter().collect())
 }
 
 /// A token counter: a tokenizer.json (the config's, else the cached MiniLM one).
@@ -281,20 +281,17 @@ fn count(t: &tokenizers::Tokenizer, text: &str) -> Result<usize> {
 }
 
 /// Builds the instances (pure: the lake is only read).
-pub async fn build(
-    lake: &Lake,
-    cfg: &SeedConfig,
-) -> Result<(Vec<Instance>, Vec<(String, i64, String, String)>, usize)> {
+pub async fn build(lake: &Lake, cfg: &SeedConfig) -> Result<(Vec<Instance>, Vec<Rejection>, usize)> {
     let templates = Templates::load(cfg)?;
     let tokenizer = token_counter(cfg)?;
     let material = load_material(lake).await?;
     let mut wanted: Vec<String> = Vec::new();
     for x in material.values() {
         for f in &x.files {
-            wanted.extend(f.3.iter().cloned());
-            wanted.extend(f.4.iter().cloned());
+            wanted.extend(f.old_blob.iter().cloned());
+            wanted.extend(f.new_blob.iter().cloned());
         }
-        wanted.extend(x.relevant.iter().map(|r| r.1.clone()));
+        wanted.extend(x.relevant.iter().map(|r| r.blob_sha.clone()));
     }
     wanted.sort();
     wanted.dedup();
@@ -303,19 +300,24 @@ pub async fn build(
     let mut rejected = Vec::new();
     let mut dropped_for_budget = 0;
     for x in material.values() {
-        let reject = |reason: &str, detail: String| (x.repo.clone(), x.number, reason.to_string(), detail);
+        let reject = |reason: &str, detail: String| Rejection {
+            repo_name: x.repo_name.clone(),
+            pr_number: x.pr_number,
+            reason: reason.to_string(),
+            detail,
+        };
         let problem = if x.issues.is_empty() {
             format!("{}\n\n{}", x.title, x.body)
         } else {
-            x.issues.iter().map(|(_, t, b)| format!("{t}\n\n{b}")).collect::<Vec<_>>().join("\n\n---\n\n")
+            x.issues.iter().map(|i| format!("{}\n\n{}", i.title, i.body)).collect::<Vec<_>>().join("\n\n---\n\n")
         };
         let mut context = BTreeMap::new();
         let mut oracle = BTreeMap::new();
         let mut patches = Vec::new();
         let mut changed = Vec::new();
         let mut missing = None;
-        for (path, old_path, status, old_blob, new_blob, patch, binary, _) in &x.files {
-            if *binary {
+        for ChangedFile { path, old_path, status, old_blob, new_blob, patch, is_binary, .. } in &x.files {
+            if *is_binary {
                 continue;
             }
             let old_at = old_path.clone().unwrap_or_else(|| path.clone());
@@ -357,16 +359,16 @@ pub async fn build(
         let mut relevant: Vec<(String, String)> = x
             .relevant
             .iter()
-            .filter(|(p, _)| !context.contains_key(p) && !oracle.contains_key(p))
-            .filter_map(|(p, b)| blobs.get(b).map(|c| (p.clone(), c.clone())))
+            .filter(|r| !context.contains_key(&r.path) && !oracle.contains_key(&r.path))
+            .filter_map(|r| blobs.get(&r.blob_sha).map(|c| (r.path.clone(), c.clone())))
             .collect();
         // Fit the budget by dropping relevant files, least relevant first.
-        let seed = fnv(&format!("{}#{}", x.repo, x.number), cfg.shuffle_seed);
+        let seed = fnv(&format!("{}#{}", x.repo_name, x.pr_number), cfg.shuffle_seed);
         let (user, tokens) = loop {
             let mut shown: Vec<(&String, &String)> = context.iter().collect();
             shown.extend(relevant.iter().map(|(p, c)| (p, c)));
-            shuffle(&mut shown, seed);
-            let user = templates.render_user(&x.repo, &problem, &templates.render_files(&shown));
+            crate::rng::Rng::new(seed).shuffle(&mut shown);
+            let user = templates.render_user(&x.repo_name, &problem, &templates.render_files(&shown));
             let tokens = count(&tokenizer, &templates.system)? + count(&tokenizer, &user)?;
             if tokens <= cfg.max_prompt_tokens || relevant.is_empty() {
                 break (user, tokens);
@@ -390,27 +392,27 @@ pub async fn build(
         let answer = oracle::oracle_answer(&full_context, &oracle);
         let oracle_reward =
             crate::reward::search_replace_reward(&full_context, &oracle, &answer).map(|r| r.reward).unwrap_or(-1.0);
-        let language = x.files.iter().filter_map(|f| f.7.clone()).next().unwrap_or_default();
+        let language = x.files.iter().filter_map(|f| f.language.clone()).next().unwrap_or_default();
         instances.push(Instance {
-            instance_id: format!("{}#{}", x.repo, x.number),
-            repo_name: x.repo.clone(),
-            pr_number: x.number,
+            instance_id: format!("{}#{}", x.repo_name, x.pr_number),
+            repo_name: x.repo_name.clone(),
+            pr_number: x.pr_number,
             problem_statement: problem,
             context: full_context,
             oracle,
             oracle_patch: patches.join(""),
             system: templates.system.clone(),
             user,
-            split: split_of(&x.repo, &x.merged_at, cfg).to_string(),
+            split: split_of(&x.repo_name, x.merged_at.as_deref().unwrap_or_default(), cfg).to_string(),
             changed_files: changed,
             relevant_files: relevant.iter().map(|(p, _)| p.clone()).collect(),
-            issue_numbers: x.issues.iter().map(|i| i.0).collect(),
+            issue_numbers: x.issues.iter().map(|i| i.issue_number).collect(),
             prompt_tokens: tokens,
             oracle_reward,
             base_sha: x.base_sha.clone(),
-            merge_base: x.merge_base.clone(),
+            merge_base: x.merge_base.clone().unwrap_or_default(),
             head_sha: x.head_sha.clone(),
-            merged_at: x.merged_at.clone(),
+            merged_at: x.merged_at.clone().unwrap_or_default(),
             language,
         });
     }
@@ -418,56 +420,22 @@ pub async fn build(
     Ok((instances, rejected, dropped_for_budget))
 }
 
-fn map_field(name: &str) -> Field {
-    let entries =
-        Fields::from(vec![Field::new("keys", DataType::Utf8, false), Field::new("values", DataType::Utf8, true)]);
-    Field::new(name, DataType::Map(Arc::new(Field::new("entries", DataType::Struct(entries), false)), false), false)
-}
-
-fn message_fields() -> Fields {
-    Fields::from(vec![Field::new("role", DataType::Utf8, false), Field::new("content", DataType::Utf8, false)])
-}
-
-fn extra_fields() -> Fields {
-    let list = |n: &str, t: DataType| Field::new(n, DataType::List(Arc::new(Field::new("item", t, true))), false);
-    Fields::from(vec![
-        Field::new("repo_name", DataType::Utf8, false),
-        Field::new("pr_number", DataType::Int64, false),
-        Field::new("split", DataType::Utf8, false),
-        Field::new("base_sha", DataType::Utf8, false),
-        Field::new("merge_base", DataType::Utf8, false),
-        Field::new("head_sha", DataType::Utf8, false),
-        Field::new("merged_at", DataType::Utf8, false),
-        Field::new("language", DataType::Utf8, false),
-        list("changed_files", DataType::Utf8),
-        list("relevant_files", DataType::Utf8),
-        list("issue_numbers", DataType::Int64),
-        Field::new("prompt_tokens", DataType::Int64, false),
-        Field::new("oracle_reward", DataType::Float64, false),
-    ])
-}
-
-/// The columns of `rl_seed` and of the shards.
+/// The columns of `rl_seed` and of the shards (its schema file).
 pub fn seed_schema() -> SchemaRef {
-    let msg = Field::new("item", DataType::Struct(message_fields()), true);
-    let rm = Fields::from(vec![
-        Field::new("style", DataType::Utf8, false),
-        Field::new("ground_truth", DataType::Utf8, false),
-    ]);
-    Arc::new(Schema::new(vec![
-        Field::new("instance_id", DataType::Utf8, false),
-        Field::new("repo_name", DataType::Utf8, false),
-        Field::new("split", DataType::Utf8, false),
-        Field::new("problem_statement", DataType::Utf8, false),
-        map_field("context"),
-        map_field("oracle"),
-        Field::new("oracle_patch", DataType::Utf8, false),
-        Field::new("data_source", DataType::Utf8, false),
-        Field::new("prompt", DataType::List(Arc::new(msg)), false),
-        Field::new("ability", DataType::Utf8, false),
-        Field::new("reward_model", DataType::Struct(rm), false),
-        Field::new("extra_info", DataType::Struct(extra_fields()), false),
-    ]))
+    crate::schema::builtin(RL_SEED)
+}
+
+/// The fields of a struct column of `rl_seed` (a struct inside a list for `prompt`).
+fn struct_fields(column: &str) -> Fields {
+    let schema = seed_schema();
+    let mut t = schema.field_with_name(column).expect("a column of rl_seed").data_type().clone();
+    if let DataType::List(item) = t {
+        t = item.data_type().clone();
+    }
+    match t {
+        DataType::Struct(f) => f,
+        other => unreachable!("rl_seed.{column} is {other}, not a struct"),
+    }
 }
 
 /// The instances as one record batch of [`seed_schema`].
@@ -486,8 +454,8 @@ pub fn to_batch(instances: &[Instance]) -> Result<RecordBatch> {
         }
         Ok(Arc::new(b.finish()))
     };
-    let mut prompt = ListBuilder::new(StructBuilder::from_fields(message_fields(), instances.len()))
-        .with_field(Arc::new(Field::new("item", DataType::Struct(message_fields()), true)));
+    let mut prompt = ListBuilder::new(StructBuilder::from_fields(struct_fields("prompt"), instances.len()))
+        .with_field(Arc::new(Field::new("item", DataType::Struct(struct_fields("prompt")), true)));
     for i in instances {
         for (role, content) in [("system", &i.system), ("user", &i.user)] {
             let m = prompt.values();
@@ -497,18 +465,14 @@ pub fn to_batch(instances: &[Instance]) -> Result<RecordBatch> {
         }
         prompt.append(true);
     }
-    let rm_fields = Fields::from(vec![
-        Field::new("style", DataType::Utf8, false),
-        Field::new("ground_truth", DataType::Utf8, false),
-    ]);
-    let mut rm = StructBuilder::from_fields(rm_fields, instances.len());
+    let mut rm = StructBuilder::from_fields(struct_fields("reward_model"), instances.len());
     for i in instances {
         rm.field_builder::<StringBuilder>(0).expect("style").append_value("rule");
         let gt = serde_json::json!({"kind": "search_replace", "context": i.context, "oracle": i.oracle});
         rm.field_builder::<StringBuilder>(1).expect("ground_truth").append_value(gt.to_string());
         rm.append(true);
     }
-    let mut extra = StructBuilder::from_fields(extra_fields(), instances.len());
+    let mut extra = StructBuilder::from_fields(struct_fields("extra_info"), instances.len());
     for i in instances {
         let strs = [&i.repo_name, &i.split, &i.base_sha, &i.merge_base, &i.head_sha, &i.merged_at, &i.language];
         let idx = [0usize, 2, 3, 4, 5, 6, 7];
@@ -584,7 +548,8 @@ pub fn write_shards(dir: &Path, batch: &RecordBatch, rows_per_shard: usize) -> R
 }
 
 /// Builds the seed dataset: `rl_seed`, the shards and `seed_rejections`.
-pub async fn run(lake: &Lake, cfg: &SeedConfig) -> Result<SeedSummary> {
+pub async fn run(lake: &Lake, opts: &SeedOptions) -> Result<SeedSummary> {
+    let cfg = &opts.config;
     for t in ["pr_quality", "pull_requests", "pr_snapshots", "pr_files"] {
         if !lake.has_table(t) {
             anyhow::bail!("no `{t}` table yet: run the filters and snapshots jobs first");
@@ -592,8 +557,8 @@ pub async fn run(lake: &Lake, cfg: &SeedConfig) -> Result<SeedSummary> {
     }
     let (instances, rejected, dropped) = build(lake, cfg).await?;
     let mut summary = SeedSummary { relevant_files_dropped_for_budget: dropped, ..Default::default() };
-    for (_, _, reason, _) in &rejected {
-        *summary.rejected.entry(reason.clone()).or_default() += 1;
+    for r in &rejected {
+        *summary.rejected.entry(r.reason.clone()).or_default() += 1;
     }
     let kept: Vec<Instance> = instances.iter().filter(|i| i.split != "excluded").cloned().collect();
     summary.excluded = instances.len() - kept.len();
@@ -606,7 +571,7 @@ pub async fn run(lake: &Lake, cfg: &SeedConfig) -> Result<SeedSummary> {
         kept.iter().map(|i| i.prompt_tokens as f64).sum::<f64>() / kept.len() as f64
     };
     let batch = to_batch(&kept)?;
-    let table = lake.ensure_table(RL_SEED, &batch.schema(), &[]).await?;
+    let table = lake.ensure_contract_table(RL_SEED).await?;
     table
         .write(vec![batch.clone()])
         .with_save_mode(deltalake::protocol::SaveMode::Overwrite)
@@ -615,16 +580,19 @@ pub async fn run(lake: &Lake, cfg: &SeedConfig) -> Result<SeedSummary> {
     let shards = write_shards(&lake.root().join("shards/seed"), &batch, cfg.rows_per_shard)?;
     summary.shards = shards.iter().map(|p| p.display().to_string()).collect();
 
-    let rej = crate::lake::non_null_batch(vec![
-        (
-            "repo_name",
-            Arc::new(arrow::array::StringArray::from_iter_values(rejected.iter().map(|r| r.0.as_str()))) as ArrayRef,
-        ),
-        ("pr_number", Arc::new(arrow::array::Int64Array::from_iter_values(rejected.iter().map(|r| r.1)))),
-        ("reason", Arc::new(arrow::array::StringArray::from_iter_values(rejected.iter().map(|r| r.2.as_str())))),
-        ("detail", Arc::new(arrow::array::StringArray::from_iter_values(rejected.iter().map(|r| r.3.as_str())))),
-    ])?;
-    let t = lake.ensure_table(SEED_REJECTIONS, &rej.schema(), &[]).await?;
+    let strs = |f: &dyn Fn(&Rejection) -> &str| -> ArrayRef {
+        Arc::new(arrow::array::StringArray::from_iter_values(rejected.iter().map(f)))
+    };
+    let rej = RecordBatch::try_new(
+        crate::schema::arrow(SEED_REJECTIONS)?,
+        vec![
+            strs(&|r| &r.repo_name),
+            Arc::new(arrow::array::Int64Array::from_iter_values(rejected.iter().map(|r| r.pr_number))),
+            strs(&|r| &r.reason),
+            strs(&|r| &r.detail),
+        ],
+    )?;
+    let t = lake.ensure_contract_table(SEED_REJECTIONS).await?;
     t.write(vec![rej])
         .with_save_mode(deltalake::protocol::SaveMode::Overwrite)
         .await

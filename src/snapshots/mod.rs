@@ -9,43 +9,39 @@
 //! cloned, a SHA that no longer exists (force-push) or a corrupt object fails that PR or
 //! repository only; a rerun retries exactly what is not `ok`.
 //!
-//! Not here: how git is read (`git`), table layouts (`tables`).
+//! Not here: how git is read (`crate::git`), the blob store (`crate::lake::blobs`).
 
-pub mod git;
-pub mod lang;
 pub mod tables;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
-use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::datatypes::DataType;
 use futures::StreamExt;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-use crate::jobs::runs::{self, RunRecord};
-use crate::lake::{writer_properties, Codec, Lake, TableWriter};
-use git::GitFailure;
-use tables::{BlobRow, CommitRow, FileRow, SnapshotRow};
+use crate::git::{self, GitFailure, Mirrors};
+use crate::lake::blobs::{self, BlobRow};
+use crate::lake::runs::{self, RunRecord};
+use crate::lake::Lake;
+use tables::{CommitRow, FileRow, SnapshotRow};
 
 pub const PR_FILES: &str = "pr_files";
-pub const FILE_BLOBS: &str = "file_blobs";
 pub const PR_COMMITS: &str = "pr_commits";
 pub const PR_SNAPSHOTS: &str = "pr_snapshots";
 pub const SNAPSHOT_ERRORS: &str = "snapshot_errors";
+/// The tables the stage writes (with the blob store's `file_blobs`).
+pub const OUTPUTS: [&str; 5] = [PR_FILES, blobs::FILE_BLOBS, PR_COMMITS, PR_SNAPSHOTS, SNAPSHOT_ERRORS];
+/// Its unit of work: a repository.
+pub const PARTITION_KEY: &str = "repo_name";
 
 /// Settings of a snapshot run.
 #[derive(Debug, Clone)]
 pub struct SnapshotOptions {
-    /// Where each repository is, with `{repo}` for `owner/name`: `file:///mirrors/{repo}.git`,
-    /// `/srv/git/{repo}`, `https://github.com/{repo}.git` (https needs a libgit2 with TLS).
-    pub repo_url: String,
+    /// Where the repositories are and where their mirrors are kept.
+    pub mirrors: Mirrors,
     /// Only these repositories.
     pub repos: Option<Vec<String>>,
-    /// Directory of the bare mirrors (one per repository, kept between runs).
-    pub cache_dir: PathBuf,
     /// Blobs larger than this are recorded (size, binary flag) without their content.
     pub max_blob_bytes: usize,
     /// Repositories processed at once.
@@ -56,26 +52,16 @@ pub struct SnapshotOptions {
 }
 
 impl SnapshotOptions {
-    pub fn new(repo_url: impl Into<String>, cache_dir: PathBuf) -> Self {
+    pub fn new(repo_url: impl Into<String>, cache_dir: std::path::PathBuf) -> Self {
         SnapshotOptions {
-            repo_url: repo_url.into(),
+            mirrors: Mirrors::new(repo_url, cache_dir),
             repos: None,
-            cache_dir,
             max_blob_bytes: 1 << 20,
             jobs: 2,
             force: false,
             show_progress: true,
         }
     }
-}
-
-/// The default mirror cache: `$XDG_CACHE_HOME/swelake/mirrors` or `~/.cache/swelake/mirrors`.
-pub fn default_cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(|| PathBuf::from(".cache"));
-    base.join("swelake").join("mirrors")
 }
 
 /// What a run did.
@@ -95,11 +81,13 @@ pub struct SnapshotSummary {
     pub new_blob_bytes: u64,
 }
 
-#[derive(Debug, Clone)]
+/// A merged PR to snapshot.
+#[derive(Debug, Clone, Deserialize)]
 struct PrRef {
+    repo_name: String,
     number: i64,
-    base: String,
-    head: String,
+    base_sha: String,
+    head_sha: String,
 }
 
 /// Everything learned from one repository.
@@ -110,27 +98,6 @@ struct RepoResult {
     commits: Vec<CommitRow>,
     blobs: Vec<BlobRow>,
     snapshots: Vec<SnapshotRow>,
-}
-
-/// Rows of the first two columns of a query, as strings.
-async fn string_rows(ctx: &datafusion::prelude::SessionContext, sql: &str) -> Result<Vec<Vec<Option<String>>>> {
-    let mut out = Vec::new();
-    for b in ctx.sql(sql).await?.collect().await? {
-        let cols: Vec<_> = (0..b.num_columns())
-            .map(|i| arrow::compute::cast(b.column(i), &DataType::Utf8))
-            .collect::<Result<_, _>>()?;
-        for r in 0..b.num_rows() {
-            out.push(
-                cols.iter()
-                    .map(|c| {
-                        let s = c.as_string::<i32>();
-                        (!s.is_null(r)).then(|| s.value(r).to_string())
-                    })
-                    .collect(),
-            );
-        }
-    }
-    Ok(out)
 }
 
 fn quote(s: &str) -> String {
@@ -150,7 +117,7 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
         }
         _ => String::new(),
     };
-    let prs = string_rows(
+    let prs: Vec<PrRef> = crate::query::rows(
         &ctx,
         &format!(
             "SELECT repo_name, number, base_sha, head_sha FROM pull_requests \
@@ -159,58 +126,36 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
     )
     .await?;
     summary.prs_in_scope = prs.len();
-    let done: HashSet<(String, String, String, String)> = if lake.has_table(PR_SNAPSHOTS) && !opts.force {
-        string_rows(
+    let ok: Vec<PrRef> = if lake.has_table(PR_SNAPSHOTS) {
+        crate::query::rows(
             &ctx,
-            &format!("SELECT repo_name, pr_number, base_sha, head_sha FROM {PR_SNAPSHOTS} WHERE status = 'ok'"),
+            &format!(
+                "SELECT repo_name, pr_number AS number, base_sha, head_sha FROM {PR_SNAPSHOTS} WHERE status = 'ok'"
+            ),
         )
         .await?
-        .into_iter()
-        .map(|r| {
-            (
-                r[0].clone().unwrap_or_default(),
-                r[1].clone().unwrap_or_default(),
-                r[2].clone().unwrap_or_default(),
-                r[3].clone().unwrap_or_default(),
-            )
-        })
-        .collect()
     } else {
-        HashSet::new()
+        Vec::new()
     };
-    let previously: HashSet<(String, String)> = if lake.has_table(PR_SNAPSHOTS) {
-        string_rows(&ctx, &format!("SELECT repo_name, pr_number FROM {PR_SNAPSHOTS} WHERE status = 'ok'"))
-            .await?
-            .into_iter()
-            .map(|r| (r[0].clone().unwrap_or_default(), r[1].clone().unwrap_or_default()))
-            .collect()
+    // Done: snapshotted with the SHAs the PR has now. Previously snapshotted PRs lose their old
+    // rows when they are done again.
+    let done: HashSet<(&str, i64, &str, &str)> = if opts.force {
+        HashSet::new()
     } else {
-        HashSet::new()
+        ok.iter().map(|p| (p.repo_name.as_str(), p.number, p.base_sha.as_str(), p.head_sha.as_str())).collect()
     };
+    let previously: HashSet<(String, i64)> = ok.iter().map(|p| (p.repo_name.clone(), p.number)).collect();
     let mut by_repo: BTreeMap<String, Vec<PrRef>> = BTreeMap::new();
-    for r in prs {
-        let (repo, num, base, head) = (
-            r[0].clone().unwrap_or_default(),
-            r[1].clone().unwrap_or_default(),
-            r[2].clone().unwrap_or_default(),
-            r[3].clone().unwrap_or_default(),
-        );
-        if done.contains(&(repo.clone(), num.clone(), base.clone(), head.clone())) {
+    for p in prs {
+        if done.contains(&(p.repo_name.as_str(), p.number, p.base_sha.as_str(), p.head_sha.as_str())) {
             summary.prs_already_done += 1;
             continue;
         }
-        by_repo.entry(repo).or_default().push(PrRef { number: num.parse().unwrap_or_default(), base, head });
+        by_repo.entry(p.repo_name.clone()).or_default().push(p);
     }
     summary.repos = by_repo.len();
-    let known: HashSet<git2::Oid> = if lake.has_table(FILE_BLOBS) {
-        string_rows(&ctx, &format!("SELECT blob_sha FROM {FILE_BLOBS}"))
-            .await?
-            .into_iter()
-            .filter_map(|r| r[0].as_deref().and_then(|s| git2::Oid::from_str(s).ok()))
-            .collect()
-    } else {
-        HashSet::new()
-    };
+    let known: HashSet<git2::Oid> =
+        blobs::known(lake).await?.iter().filter_map(|s| git2::Oid::from_str(s).ok()).collect();
     let known = Arc::new(Mutex::new(known));
 
     let mp = crate::progress::multi(opts.show_progress);
@@ -250,8 +195,8 @@ fn snapshot_repo(
             out.snapshots.push(SnapshotRow {
                 repo_name: repo_name.to_string(),
                 pr_number: p.number,
-                base_sha: p.base.clone(),
-                head_sha: p.head.clone(),
+                base_sha: p.base_sha.clone(),
+                head_sha: p.head_sha.clone(),
                 merge_base: None,
                 files: 0,
                 commits: 0,
@@ -259,8 +204,8 @@ fn snapshot_repo(
             });
         }
     };
-    let url = opts.repo_url.replace("{repo}", repo_name);
-    let repo = match git::open_mirror(&opts.cache_dir, repo_name, &url) {
+    let url = opts.mirrors.url(repo_name);
+    let repo = match opts.mirrors.open(repo_name) {
         Ok(r) => r,
         Err(f) => {
             fail_all(&mut out, f);
@@ -270,7 +215,7 @@ fn snapshot_repo(
     // Fetch once for every missing commit of the repository's PRs.
     let mut wanted = Vec::new();
     for p in prs {
-        for s in [&p.base, &p.head] {
+        for s in [&p.base_sha, &p.head_sha] {
             if let Ok(o) = git::oid(s) {
                 wanted.push(o);
             }
@@ -284,8 +229,8 @@ fn snapshot_repo(
                 out.snapshots.push(SnapshotRow {
                     repo_name: repo_name.to_string(),
                     pr_number: p.number,
-                    base_sha: p.base.clone(),
-                    head_sha: p.head.clone(),
+                    base_sha: p.base_sha.clone(),
+                    head_sha: p.head_sha.clone(),
                     merge_base: Some(mb),
                     files: files.len(),
                     commits: commits.len(),
@@ -298,8 +243,8 @@ fn snapshot_repo(
             Err(f) => out.snapshots.push(SnapshotRow {
                 repo_name: repo_name.to_string(),
                 pr_number: p.number,
-                base_sha: p.base.clone(),
-                head_sha: p.head.clone(),
+                base_sha: p.base_sha.clone(),
+                head_sha: p.head_sha.clone(),
                 merge_base: None,
                 files: 0,
                 commits: 0,
@@ -320,7 +265,7 @@ fn snapshot_pr(
     opts: &SnapshotOptions,
     known: &Mutex<HashSet<git2::Oid>>,
 ) -> Result<PrSnapshot, GitFailure> {
-    let (base, head) = (git::oid(&p.base)?, git::oid(&p.head)?);
+    let (base, head) = (git::oid(&p.base_sha)?, git::oid(&p.head_sha)?);
     for (what, o) in [("base", base), ("head", head)] {
         if missing.contains(&o) {
             return Err(GitFailure {
@@ -365,7 +310,7 @@ fn snapshot_pr(
             is_binary: c.is_binary,
             patch: c.patch,
             merge_base: mb.to_string(),
-            head_sha: p.head.clone(),
+            head_sha: p.head_sha.clone(),
         })
         .collect();
     let commits = commits
@@ -380,25 +325,10 @@ fn repo_key(repo: &str) -> String {
     repo.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
 }
 
-/// Appends one batch to a table through staged files (a commit that only adds).
-async fn append_batch(lake: &Lake, table: &str, batch: &RecordBatch, long_text: &[&str]) -> Result<()> {
-    if batch.num_rows() == 0 {
-        return Ok(());
-    }
-    let mut t = lake.ensure_table(table, &batch.schema(), &[]).await?;
-    let key = format!("{}", uuid::Uuid::new_v4().simple());
-    let mut w =
-        TableWriter::new(lake, table, &key, &batch.schema(), None, writer_properties(long_text, &[], Codec::Zstd))?;
-    w.write(batch)?;
-    let files = w.finish()?;
-    lake.replace_key(&mut t, &key, files, "append".into(), HashMap::new()).await?;
-    Ok(())
-}
-
 async fn write_repo(
     lake: &Lake,
     r: &RepoResult,
-    previously: &HashSet<(String, String)>,
+    previously: &HashSet<(String, i64)>,
     s: &mut SnapshotSummary,
 ) -> Result<()> {
     let now = chrono::Utc::now().timestamp_micros();
@@ -407,7 +337,7 @@ async fn write_repo(
     // the run stops in between they are not `ok`, so the next run redoes them.
     let redo: Vec<String> = ok
         .iter()
-        .filter(|x| previously.contains(&(x.repo_name.clone(), x.pr_number.to_string())))
+        .filter(|x| previously.contains(&(x.repo_name.clone(), x.pr_number)))
         .map(|x| x.pr_number.to_string())
         .collect();
     if !redo.is_empty() {
@@ -415,10 +345,11 @@ async fn write_repo(
         lake.delete_where(PR_FILES, &pred).await?;
         lake.delete_where(PR_COMMITS, &pred).await?;
     }
-    append_batch(lake, FILE_BLOBS, &tables::blobs_batch(&r.blobs), &["content", "content_bytes", "blob_sha"]).await?;
-    append_batch(lake, PR_FILES, &tables::files_batch(&r.files), &["patch", "patch_bytes"]).await?;
-    append_batch(lake, PR_COMMITS, &tables::commits_batch(&r.commits), &["message", "sha"]).await?;
-    append_batch(lake, SNAPSHOT_ERRORS, &tables::errors_batch(&r.snapshots, now), &["message"]).await?;
+    // The worker took these blobs from the shared set of known ones: they are new to the store.
+    blobs::append_new(lake, &r.blobs).await?;
+    lake.append_staged(PR_FILES, &tables::files_batch(&r.files), &["patch", "patch_bytes"]).await?;
+    lake.append_staged(PR_COMMITS, &tables::commits_batch(&r.commits), &["message", "sha"]).await?;
+    lake.append_staged(SNAPSHOT_ERRORS, &tables::errors_batch(&r.snapshots, now), &["message"]).await?;
     let snaps = tables::snapshots_batch(&r.snapshots, now);
     if snaps.num_rows() > 0 {
         let ctx = datafusion::prelude::SessionContext::new();

@@ -1,102 +1,15 @@
-//! Rows and Arrow schemas of the snapshot tables: `pr_files`, `file_blobs`, `pr_commits`,
-//! `pr_snapshots` and `snapshot_errors` (contracts in `schemas/*.toml`).
+//! Rows of the snapshot tables and their record batches: `pr_files`, `pr_commits`,
+//! `pr_snapshots` and `snapshot_errors`, in the layouts of their schema files (`file_blobs`
+//! belongs to the lake's blob store).
 
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
 
 use arrow::array::{
     ArrayRef, BinaryBuilder, BooleanBuilder, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
 };
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 
-fn ts() -> DataType {
-    DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()))
-}
-
-fn f(name: &str, t: DataType, nullable: bool) -> Field {
-    Field::new(name, t, nullable)
-}
-
-pub static PR_FILES: LazyLock<SchemaRef> = LazyLock::new(|| {
-    use DataType::*;
-    Arc::new(Schema::new(vec![
-        f("repo_name", Utf8, false),
-        f("pr_number", Int64, false),
-        f("path", Utf8, false),
-        f("old_path", Utf8, true),
-        f("path_bytes", Binary, true),
-        f("status", Utf8, false),
-        f("old_blob", Utf8, true),
-        f("new_blob", Utf8, true),
-        f("old_mode", Int64, false),
-        f("new_mode", Int64, false),
-        f("additions", Int64, false),
-        f("deletions", Int64, false),
-        f("is_binary", Boolean, false),
-        f("language", Utf8, true),
-        f("patch", Utf8, false),
-        f("patch_bytes", Binary, true),
-        f("merge_base", Utf8, false),
-        f("head_sha", Utf8, false),
-    ]))
-});
-
-pub static FILE_BLOBS: LazyLock<SchemaRef> = LazyLock::new(|| {
-    use DataType::*;
-    Arc::new(Schema::new(vec![
-        f("blob_sha", Utf8, false),
-        f("size", Int64, false),
-        f("is_binary", Boolean, false),
-        f("is_utf8", Boolean, false),
-        f("stored", Boolean, false),
-        f("content", Utf8, true),
-        f("content_bytes", Binary, true),
-    ]))
-});
-
-pub static PR_COMMITS: LazyLock<SchemaRef> = LazyLock::new(|| {
-    use DataType::*;
-    Arc::new(Schema::new(vec![
-        f("repo_name", Utf8, false),
-        f("pr_number", Int64, false),
-        f("position", Int64, false),
-        f("sha", Utf8, false),
-        f("author_name", Utf8, false),
-        f("author_email", Utf8, false),
-        f("authored_at", ts(), false),
-        f("committer_name", Utf8, false),
-        f("committed_at", ts(), false),
-        f("message", Utf8, false),
-        f("parents", Int64, false),
-    ]))
-});
-
-pub static PR_SNAPSHOTS: LazyLock<SchemaRef> = LazyLock::new(|| {
-    use DataType::*;
-    Arc::new(Schema::new(vec![
-        f("repo_name", Utf8, false),
-        f("pr_number", Int64, false),
-        f("status", Utf8, false),
-        f("base_sha", Utf8, false),
-        f("head_sha", Utf8, false),
-        f("merge_base", Utf8, true),
-        f("files", Int64, false),
-        f("commits", Int64, false),
-        f("reason", Utf8, true),
-        f("message", Utf8, true),
-        f("snapshotted_at", ts(), false),
-    ]))
-});
-
-pub static SNAPSHOT_ERRORS: LazyLock<SchemaRef> = LazyLock::new(|| {
-    use DataType::*;
-    Arc::new(Schema::new(vec![
-        f("repo_name", Utf8, false),
-        f("pr_number", Int64, true),
-        f("reason", Utf8, false),
-        f("message", Utf8, false),
-        f("occurred_at", ts(), false),
-    ]))
-});
+use super::{PR_COMMITS, PR_FILES, PR_SNAPSHOTS, SNAPSHOT_ERRORS};
+use crate::schema;
 
 /// Text as UTF-8 if it is, else a lossy rendering plus the exact bytes.
 fn text_and_bytes(bytes: &[u8]) -> (String, Option<Vec<u8>>) {
@@ -155,7 +68,7 @@ pub fn files_batch(rows: &[FileRow]) -> RecordBatch {
         add.append_value(r.additions as i64);
         del.append_value(r.deletions as i64);
         bin.append_value(r.is_binary);
-        lang.append_option(super::lang::language(&p));
+        lang.append_option(crate::lang::language(&p));
         let (t, raw) = text_and_bytes(&r.patch);
         patch.append_value(t);
         patch_bytes.append_option(raw);
@@ -182,69 +95,7 @@ pub fn files_batch(rows: &[FileRow]) -> RecordBatch {
         Arc::new(mb.finish()),
         Arc::new(head.finish()),
     ];
-    RecordBatch::try_new(PR_FILES.clone(), cols).expect("rows follow PR_FILES")
-}
-
-#[derive(Debug, Clone)]
-pub struct BlobRow {
-    pub sha: String,
-    pub size: usize,
-    pub is_binary: bool,
-    /// The bytes, when under the size cap.
-    pub content: Option<Vec<u8>>,
-}
-
-pub fn blobs_batch(rows: &[BlobRow]) -> RecordBatch {
-    let (mut sha, mut size, mut bin, mut utf8, mut stored, mut text, mut bytes) = (
-        StringBuilder::new(),
-        Int64Builder::new(),
-        BooleanBuilder::new(),
-        BooleanBuilder::new(),
-        BooleanBuilder::new(),
-        StringBuilder::new(),
-        BinaryBuilder::new(),
-    );
-    for r in rows {
-        sha.append_value(&r.sha);
-        size.append_value(r.size as i64);
-        bin.append_value(r.is_binary);
-        stored.append_value(r.content.is_some());
-        match &r.content {
-            Some(c) => match std::str::from_utf8(c) {
-                Ok(s) if !r.is_binary => {
-                    utf8.append_value(true);
-                    text.append_value(s);
-                    bytes.append_null();
-                }
-                Ok(_) => {
-                    utf8.append_value(true);
-                    text.append_null();
-                    bytes.append_value(c);
-                }
-                Err(_) => {
-                    utf8.append_value(false);
-                    text.append_null();
-                    bytes.append_value(c);
-                }
-            },
-            None => {
-                // Not read (over the cap): unknown, reported as not UTF-8.
-                utf8.append_value(false);
-                text.append_null();
-                bytes.append_null();
-            }
-        }
-    }
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(sha.finish()),
-        Arc::new(size.finish()),
-        Arc::new(bin.finish()),
-        Arc::new(utf8.finish()),
-        Arc::new(stored.finish()),
-        Arc::new(text.finish()),
-        Arc::new(bytes.finish()),
-    ];
-    RecordBatch::try_new(FILE_BLOBS.clone(), cols).expect("rows follow FILE_BLOBS")
+    RecordBatch::try_new(schema::builtin(PR_FILES), cols).expect("rows follow the schema file of PR_FILES")
 }
 
 #[derive(Debug, Clone)]
@@ -252,7 +103,7 @@ pub struct CommitRow {
     pub repo_name: String,
     pub pr_number: i64,
     pub position: usize,
-    pub info: super::git::CommitInfo,
+    pub info: crate::git::CommitInfo,
 }
 
 pub fn commits_batch(rows: &[CommitRow]) -> RecordBatch {
@@ -286,7 +137,7 @@ pub fn commits_batch(rows: &[CommitRow]) -> RecordBatch {
         Arc::new(s[5].finish()),
         Arc::new(parents.finish()),
     ];
-    RecordBatch::try_new(PR_COMMITS.clone(), cols).expect("rows follow PR_COMMITS")
+    RecordBatch::try_new(schema::builtin(PR_COMMITS), cols).expect("rows follow the schema file of PR_COMMITS")
 }
 
 #[derive(Debug, Clone)]
@@ -299,7 +150,7 @@ pub struct SnapshotRow {
     pub files: usize,
     pub commits: usize,
     /// `None` when the snapshot succeeded.
-    pub failure: Option<super::git::GitFailure>,
+    pub failure: Option<crate::git::GitFailure>,
 }
 
 pub fn snapshots_batch(rows: &[SnapshotRow], now_micros: i64) -> RecordBatch {
@@ -332,7 +183,7 @@ pub fn snapshots_batch(rows: &[SnapshotRow], now_micros: i64) -> RecordBatch {
         Arc::new(s[6].finish()),
         Arc::new(at.finish()),
     ];
-    RecordBatch::try_new(PR_SNAPSHOTS.clone(), cols).expect("rows follow PR_SNAPSHOTS")
+    RecordBatch::try_new(schema::builtin(PR_SNAPSHOTS), cols).expect("rows follow the schema file of PR_SNAPSHOTS")
 }
 
 pub fn errors_batch(rows: &[SnapshotRow], now_micros: i64) -> RecordBatch {
@@ -354,5 +205,6 @@ pub fn errors_batch(rows: &[SnapshotRow], now_micros: i64) -> RecordBatch {
         Arc::new(msg.finish()),
         Arc::new(at.finish()),
     ];
-    RecordBatch::try_new(SNAPSHOT_ERRORS.clone(), cols).expect("rows follow SNAPSHOT_ERRORS")
+    RecordBatch::try_new(schema::builtin(SNAPSHOT_ERRORS), cols)
+        .expect("rows follow the schema file of SNAPSHOT_ERRORS")
 }

@@ -14,7 +14,7 @@ use crate::common::{count, pairs, quiet_ingest};
 
 /// Writes rows (JSON objects) into a lake table with the columns of its schema file.
 async fn put(lake: &Lake, table: &str, rows: &[Value]) {
-    let schema = swelake::schema::builtin_arrow_schema(table).unwrap();
+    let schema = swelake::schema::arrow(table).unwrap();
     let text: String = rows.iter().map(|r| r.to_string() + "\n").collect();
     let reader = arrow::json::ReaderBuilder::new(schema.clone()).build(std::io::Cursor::new(text)).unwrap();
     let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
@@ -142,19 +142,22 @@ async fn one_pr_per_reason_code_and_people_who_look_like_bots() {
 /// Runs the whole pipeline on the sample hours and repositories into a fresh lake.
 pub(crate) async fn sample_lake(
     dir: &Path,
-    config: Option<swelake::config::CurationConfig>,
+    config: Option<swelake::jobs::CurationConfig>,
 ) -> (Lake, Vec<swelake::jobs::JobSummary>) {
     let lake = Lake::open(dir.join("lake").to_str().unwrap()).unwrap();
     let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("data-samples/gharchive");
-    swelake::ingest::ingest(&lake, &quiet_ingest(&samples)).await.unwrap();
+    swelake::ingest::run(&lake, &quiet_ingest(&samples)).await.unwrap();
     let repos = dir.join("repos");
     swelake::samples::create_repos(&repos).unwrap();
-    let mut so =
-        swelake::snapshots::SnapshotOptions::new(format!("{}/{{repo}}.git", repos.display()), dir.join("mirrors"));
-    so.show_progress = false;
+    let mirrors = swelake::git::Mirrors::new(format!("{}/{{repo}}.git", repos.display()), dir.join("mirrors"));
     let registry = Registry::load(None, None).unwrap();
     let all: Vec<String> = registry.jobs.keys().cloned().collect();
-    let opts = RunOptions { all: true, snapshots: Some(so), curation: config, ..Default::default() };
+    let opts = RunOptions {
+        all: true,
+        git: Some(swelake::jobs::GitOptions::new(mirrors)),
+        curation: config.unwrap_or_default(),
+        ..Default::default()
+    };
     let s = run(&lake, &registry, &all, &opts).await.unwrap();
     (lake, s)
 }
@@ -320,7 +323,10 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
     }
 
     // The dataset card.
-    let card = swelake::report::write(&lake, &dir.path().join("card")).await.unwrap();
+    let card = swelake::report::run(&lake, &swelake::report::ReportOptions { out: dir.path().join("card") })
+        .await
+        .unwrap()
+        .card;
     let text = std::fs::read_to_string(&card).unwrap();
     assert!(text.contains("bot_author") && text.contains("![languages](languages.png)"));
     for png in [
@@ -339,7 +345,7 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
 #[tokio::test(flavor = "multi_thread")]
 async fn prompt_budget_drops_relevant_files_then_skips() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = swelake::config::CurationConfig::load(None).unwrap();
+    let mut config = swelake::jobs::CurationConfig::load(None).unwrap();
     // Unbounded, the sample prompts are 536-662 tokens; with 520 two instances cannot fit even
     // without their relevant files, and calc#2 fits only by dropping its relevant files.
     config.seed.max_prompt_tokens = 520;
@@ -381,10 +387,9 @@ fn encoder_embeds_like_a_sentence_encoder() {
 async fn relevance_evaluation_on_the_sample_history() {
     let dir = tempfile::tempdir().unwrap();
     let (lake, _) = sample_lake(dir.path(), None).await;
-    let repo =
-        swelake::snapshots::git::open_mirror(&dir.path().join("mirrors"), "swelake-samples/calc", "unused").unwrap();
+    let repo = swelake::git::open_mirror(&dir.path().join("mirrors"), "swelake-samples/calc", "unused").unwrap();
     let changes = swelake::relevance::changes_from_lake(&lake, "swelake-samples/calc").await.unwrap();
-    let config = swelake::config::CurationConfig::load(None).unwrap();
+    let config = swelake::jobs::CurationConfig::load(None).unwrap();
     let report = swelake::relevance::evaluate(&repo, &changes, &config.relevance, None).unwrap();
     assert!(report.cases >= 2, "{report:?}");
     let bm25 = report.recall["bm25 (text + paths)"];

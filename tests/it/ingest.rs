@@ -2,7 +2,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 
 use serde_json::{json, Value};
-use swelake::ingest::ingest;
+use swelake::ingest::run as ingest;
 use swelake::lake::Lake;
 
 use crate::common::{count, gharchive, pairs, quiet_ingest, read_lines};

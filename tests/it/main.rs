@@ -1,6 +1,7 @@
 //! Integration tests: one binary (each test binary links the whole dependency tree), one
-//! module per stage. They use real Delta tables in temp dirs and the real GH Archive excerpts
-//! and parity cases of `../shared` (never copied into the repository).
+//! module per stage. They use real Delta tables in temp dirs, the real GH Archive excerpts and
+//! parity cases kept in `tests/data`, and (where the checkout has them) the real repository
+//! histories of `../shared/history`.
 
 mod common;
 mod curation;

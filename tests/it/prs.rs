@@ -3,7 +3,7 @@ use std::io::Write;
 use std::path::Path;
 
 use serde_json::{json, Value};
-use swelake::ingest::ingest;
+use swelake::ingest::run as ingest;
 use swelake::jobs::{run, Registry, RunOptions};
 use swelake::lake::Lake;
 

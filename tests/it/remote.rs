@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use object_store::ObjectStoreExt;
-use swelake::ingest::{ingest, source::Hour};
+use swelake::ingest::{run as ingest, source::Hour};
 use swelake::lake::Lake;
 
 use crate::common::{count, gharchive, quiet_ingest, read_lines};

@@ -4,10 +4,10 @@ use arrow::array::{Array, AsArray};
 use serde_json::Value;
 use swelake::reward::batch::{score_stream, Case};
 
-use crate::common::shared;
+use crate::common::data;
 
 fn parity_cases() -> Vec<Value> {
-    let path = shared().join("parity/reward_cases.jsonl.gz");
+    let path = data().join("parity/reward_cases.jsonl.gz");
     let f = std::fs::File::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     std::io::BufReader::new(flate2::read::MultiGzDecoder::new(f))
         .lines()
@@ -34,8 +34,8 @@ fn all_parity_cases_match_the_reference() {
 
 #[test]
 fn batch_over_parity_file_is_ordered_and_complete() {
-    let path = shared().join("parity/reward_cases.jsonl.gz");
-    let input = swelake::cli::open_maybe_gz(&path).unwrap();
+    let path = data().join("parity/reward_cases.jsonl.gz");
+    let input = swelake::files::open_maybe_gz(&path).unwrap();
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let mut out = Vec::new();
     let s = score_stream(input, &mut out, &pool).unwrap();
@@ -205,7 +205,7 @@ fn rollout_parquet_inline_and_seed_lookup() {
         ],
     );
     let glob = dir.path().join("part-*.parquet");
-    let seed = swelake::reward::rollouts::load_seed_lookup(glob.to_str().unwrap()).unwrap();
+    let seed = swelake::train::data::seed_lookup(glob.to_str().unwrap()).unwrap();
     assert!(swelake::reward::rollouts::score_rollouts(&bare, &out, None, &pool).is_err(), "needs the seed shards");
     let s = swelake::reward::rollouts::score_rollouts(&bare, &out, Some(&seed), &pool).unwrap();
     assert_eq!((s.rows, s.scored, s.unscoreable), (30, 29, 1));

@@ -6,10 +6,10 @@ use std::process::Command;
 
 use git2::{Oid, Repository, Signature, Time};
 use serde_json::json;
-use swelake::ingest::ingest;
-use swelake::jobs::{run, Registry, RunOptions};
+use swelake::git::Mirrors;
+use swelake::ingest::run as ingest;
+use swelake::jobs::{run, GitOptions, Registry, RunOptions};
 use swelake::lake::Lake;
-use swelake::snapshots::SnapshotOptions;
 
 use crate::common::{count, pairs, quiet_ingest};
 
@@ -160,10 +160,9 @@ fn git_show(repo: &Path, spec: &str) -> Vec<u8> {
 
 async fn run_snapshots(lake: &Lake, template: &str, cache: &Path) -> swelake::jobs::JobSummary {
     let registry = Registry::load(None, None).unwrap();
-    let mut so = SnapshotOptions::new(template, cache.to_path_buf());
-    so.show_progress = false;
-    so.max_blob_bytes = 200;
-    let opts = RunOptions { all: true, snapshots: Some(so), ..Default::default() };
+    let mut git = GitOptions::new(Mirrors::new(template, cache.to_path_buf()));
+    git.max_blob_bytes = 200;
+    let opts = RunOptions { all: true, git: Some(git), ..Default::default() };
     let all: Vec<String> = registry.jobs.keys().cloned().collect();
     run(lake, &registry, &all, &opts).await.unwrap().into_iter().find(|s| s.job == "snapshots").unwrap()
 }

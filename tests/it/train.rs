@@ -132,8 +132,8 @@ async fn generate_train_resume_and_eval_from_parquet() {
     // The polars plan (rollouts ⋈ seed, per-group statistics) over the real seed shards, checked
     // against what was written and against the parquet-crate implementation.
     let all = format!("{out}/*.parquet");
-    let stats = swelake::train::lazy::group_stats(&all, &shards).unwrap();
-    let baseline = swelake::train::lazy::group_stats_arrow(&all, &shards).unwrap();
+    let stats = swelake::train::group_stats::group_stats(&all, Some(&shards)).unwrap();
+    let baseline = swelake::train::group_stats::group_stats_arrow(&all, &shards).unwrap();
     assert_eq!(stats.len(), 6);
     assert_eq!(stats.len(), baseline.len());
     for (p, b) in stats.iter().zip(&baseline) {

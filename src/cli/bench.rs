@@ -1,0 +1,143 @@
+//! The flags of `swelake bench …`, parsed into the benchmarks' plain option structs.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub(crate) struct TrainBenchArgs {
+    /// Sequences per step.
+    #[arg(long, default_value_t = 4)]
+    batch: usize,
+    /// Tokens per sequence (half prompt, half completion).
+    #[arg(long, default_value_t = 256)]
+    seq_len: usize,
+    /// Timed steps (after one warm-up step), at least.
+    #[arg(long, default_value_t = 3)]
+    steps: usize,
+    /// Keep stepping until this many seconds have passed (both sides): the tiny model's step
+    /// takes milliseconds, and a few of them are too short to time on a shared machine.
+    #[arg(long, default_value_t = 3.0)]
+    min_seconds: f64,
+    /// Timing windows per side, alternating swelake and PyTorch; the best of each side is
+    /// reported (this machine is shared: a window can land in a slow spell of either side).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Model shapes to measure: tiny, smollm2 (random weights of SmolLM2-135M's shape).
+    #[arg(long, value_delimiter = ',', default_value = "tiny,smollm2")]
+    models: Vec<String>,
+    /// Python interpreter for the PyTorch baseline.
+    #[arg(long, default_value = "python3")]
+    python: String,
+}
+
+impl TrainBenchArgs {
+    pub(crate) fn into_options(self) -> crate::train::bench::TrainBenchOptions {
+        crate::train::bench::TrainBenchOptions {
+            batch: self.batch,
+            seq_len: self.seq_len,
+            steps: self.steps,
+            min_seconds: self.min_seconds,
+            runs: self.runs,
+            models: self.models,
+            python: self.python,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RolloutsBenchArgs {
+    /// Rollout rows to synthesise.
+    #[arg(long, default_value_t = 400_000)]
+    rows: usize,
+    /// Completions per group.
+    #[arg(long, default_value_t = 8)]
+    group_size: usize,
+    /// Bytes of completion text per rollout (read by neither plan: projection skips it).
+    #[arg(long, default_value_t = 1024)]
+    completion_bytes: usize,
+    /// Timed repetitions of each plan (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
+    /// Where to write the synthetic files (a temporary directory when omitted).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+}
+
+impl RolloutsBenchArgs {
+    pub(crate) fn into_options(self) -> crate::train::bench::RolloutsBenchOptions {
+        crate::train::bench::RolloutsBenchOptions {
+            rows: self.rows,
+            group_size: self.group_size,
+            completion_bytes: self.completion_bytes,
+            repeat: self.repeat,
+            dir: self.dir,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct IngestBenchArgs {
+    /// Real GH Archive hour files whose events are replicated.
+    #[arg(long, num_args = 1.., default_values = ["tests/data/gharchive/2015-01-01-15.json.gz", "tests/data/gharchive/2025-01-01-15.json.gz"])]
+    seed: Vec<PathBuf>,
+    /// Minimum number of events in the generated hour.
+    #[arg(long, default_value_t = 150_000)]
+    events: usize,
+    /// Minimum size of the generated hour as JSON, in MB.
+    #[arg(long, default_value_t = 350)]
+    mb: usize,
+    /// Working directory (generated hour, lakes, Parquet output).
+    #[arg(long, default_value = "target/bench-ingest")]
+    work: PathBuf,
+}
+
+impl IngestBenchArgs {
+    pub(crate) fn into_options(self) -> crate::bench::IngestBenchOptions {
+        crate::bench::IngestBenchOptions { seed: self.seed, events: self.events, mb: self.mb, work: self.work }
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct BlobsBenchArgs {
+    /// A bare or normal git repository to read every blob of. Without it, one is made from
+    /// the source files under --corpus.
+    #[arg(long)]
+    repo: Option<PathBuf>,
+    /// Directory of real files committed into the benchmark repository (default: the
+    /// datafusion sources in the cargo registry, else this project's src/).
+    #[arg(long)]
+    corpus: Option<PathBuf>,
+    /// Working directory.
+    #[arg(long, default_value = "target/bench-blobs")]
+    work: PathBuf,
+}
+
+impl BlobsBenchArgs {
+    pub(crate) fn into_options(self) -> crate::bench::BlobsBenchOptions {
+        crate::bench::BlobsBenchOptions { repo: self.repo, corpus: self.corpus, work: self.work }
+    }
+}
+
+#[derive(Args, Debug)]
+pub(crate) struct RewardBenchArgs {
+    /// Reward cases (JSONL, optionally gzipped).
+    #[arg(long, default_value = "tests/data/parity/reward_cases.jsonl.gz")]
+    cases: PathBuf,
+    /// Copies of the cases scored by swelake per timing (Python runs them once).
+    #[arg(long, default_value_t = 20)]
+    repeat: usize,
+    /// Timings of each side; the best is reported (this machine is shared and noisy, and the
+    /// best run is the one least disturbed, for Python and swelake alike).
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Working directory.
+    #[arg(long, default_value = "target/bench-reward")]
+    work: PathBuf,
+}
+
+impl RewardBenchArgs {
+    pub(crate) fn into_options(self) -> crate::bench::RewardBenchOptions {
+        crate::bench::RewardBenchOptions { cases: self.cases, repeat: self.repeat, runs: self.runs, work: self.work }
+    }
+}

@@ -1,0 +1,646 @@
+//! The command line. Flags are parsed here into the library's plain option structs; nothing
+//! else in the crate sees clap. Every subcommand is a thin call into a library function that
+//! tests call too.
+
+mod bench;
+mod train;
+
+use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::ingest::source::Hour;
+use crate::ingest::IngestOptions;
+use crate::lake::{Codec, Lake};
+
+const AFTER_HELP: &str = "\
+Typical use:
+  swelake demo                                   # the whole pipeline on data-samples/, offline
+  swelake ingest --source ~/gharchive --lake lake --from 2025-01-01-0 --to 2025-01-01-23
+  swelake sql --lake lake \"SELECT type, count(*) FROM events GROUP BY type\"
+  swelake reward --input cases.jsonl --output scored.jsonl
+
+Logs go to stderr (RUST_LOG=debug for more); results go to stdout.";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "swelake",
+    version,
+    about = "Turn GH Archive events and git history into SWE-RL training data, as Delta tables.",
+    after_help = AFTER_HELP
+)]
+struct Cli {
+    /// Only print errors (no progress bars, no info logs).
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// More log output (-v debug, -vv trace).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    verbose: u8,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Load GH Archive hour files into the `events` and `events_rejected` Delta tables.
+    #[command(after_help = "\
+Every line becomes an `events` row or an `events_rejected` row (with reason and raw text);
+the summary reconciles lines_read = events_written + rejected per file. Files already ingested
+with the same size are skipped; re-ingesting an hour (--force) replaces its rows atomically.
+
+Examples:
+  swelake ingest --source data-samples/gharchive --lake lake
+  swelake ingest --source 'archive/2025-01-0*.json.gz' --lake lake --json
+  swelake ingest --source https://data.gharchive.org/ --from 2025-01-01-0 --to 2025-01-01-2 --lake lake
+  swelake ingest --source s3://bucket/gharchive/ --lake lake   (credentials from AWS_* variables)")]
+    Ingest(IngestArgs),
+    /// Run jobs (and the jobs they depend on) incrementally: only new or changed input
+    /// partitions are processed.
+    #[command(after_help = "\
+Jobs are declared in jobs/*.toml (inputs, outputs, SQL file, partition key, dependencies) and
+run in dependency order. Each records the input partitions it processed, with a fingerprint
+of their files, in the _job_runs table; a rerun with nothing new does nothing, and an input
+partition that changed (a re-ingested hour) is processed again.
+
+Examples:
+  swelake run --all --lake lake                        # bring every table up to date
+  swelake run pull_requests --lake lake                # and pr_timeline before it
+  swelake run --all --lake lake --source data/gharchive   # ingest new hours first
+  swelake run pr_timeline --lake lake --since 2025-01-01 --until 2025-01-31
+  swelake run snapshots --lake lake --repo-url 'file:///srv/mirrors/{repo}.git' --repos o/a,o/b")]
+    Run(RunArgs),
+    /// Run a read-only SQL query over every table of a lake.
+    #[command(after_help = "\
+Every Delta table in the lake is registered under its directory name, along with the swelake
+SQL functions (swerl_reward, swerl_format_error, ...).
+
+Examples:
+  swelake sql --lake lake \"SELECT type, count(*) AS n FROM events GROUP BY type ORDER BY n DESC\"
+  swelake sql --lake lake --format json \"SELECT reason, count(*) FROM events_rejected GROUP BY reason\"
+  swelake sql --lake lake \"SHOW TABLES\"")]
+    Sql(SqlArgs),
+    /// Score model answers with the SWE-RL reward (bit-compatible with the reference).
+    #[command(after_help = "\
+Input lines (JSON):
+  {\"id\":..,\"kind\":\"search_replace\",\"context\":{path:text},\"oracle\":{path:new_text},\"output\":\"<think>..</think><solution>..</solution>\"}
+  {\"id\":..,\"kind\":\"unidiff\",\"oracle_patches\":[diff,..],\"pred_patches\":[diff,..]}
+  {\"id\":..,\"kind\":\"general\",\"context\":{..},\"oracle\":{..},\"pred\":{path:new_text}}
+Output lines: {\"id\",\"reward\",\"format_error\",\"similarities\"}; a line that cannot be scored
+gets \"reward\": null and an \"error\", the batch continues, and the exit status is 1.
+
+Rollout tables (Parquet, see schemas/rollouts.toml): `--rollouts IN --out OUT` adds reward,
+format_error and reward_error columns; context/oracle come from inline columns or, when absent,
+from --seed-shards joined on instance_id.
+
+Examples:
+  swelake reward --input cases.jsonl --output scored.jsonl --threads 8
+  zcat cases.jsonl.gz | swelake reward > scored.jsonl
+  swelake reward --rollouts rollouts/part-0.parquet --out scored.parquet --seed-shards 'lake/shards/seed/*.parquet'")]
+    Reward(RewardArgs),
+    /// Write a dataset card (Markdown + PNG charts) of a lake's seed dataset.
+    Report {
+        /// Lake directory.
+        #[arg(long)]
+        lake: String,
+        /// Directory for card.md and the charts.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Measure relevant-file rankers leave-one-out: hide one changed file, rank it among the
+    /// repository's files from the change's text and its other changed paths.
+    #[command(
+        name = "eval-relevance",
+        after_help = "\
+On a lake (merged, snapshotted PRs of one repository):
+  swelake eval-relevance --lake lake --repo-name owner/name --repo-url '/srv/git/{repo}.git'
+On any git repository's first-parent history (commits as changes, messages as text):
+  swelake eval-relevance --git path/to/repo --max-commits 2000
+Prints recall@1/5/10 for BM25 and the hybrid ranker, with and without the changed paths."
+    )]
+    EvalRelevance(EvalRelevanceArgs),
+    /// Train a policy with GRPO on rollouts (Parquet) or online, in Candle.
+    Train(train::TrainArgs),
+    /// Sample G completions per seed prompt with a policy and write them as rollouts.
+    Generate(train::GenerateArgs),
+    /// Evaluate a policy (or another engine's rollouts) on held-out seed instances.
+    Eval(train::EvalArgs),
+    /// Run the whole pipeline on the bundled samples (offline) and summarise what it built.
+    Demo(DemoArgs),
+    /// Benchmarks that print throughput next to a baseline measured in the same run.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+    /// Regenerate the sample hour files (and optionally the sample git repositories).
+    #[command(hide = true)]
+    Samples {
+        /// Where to write the hour files (data-samples/gharchive to refresh the committed ones).
+        #[arg(long)]
+        hours: PathBuf,
+        /// Where to create the sample repositories (default: a temporary directory).
+        #[arg(long)]
+        repos: Option<PathBuf>,
+    },
+    /// Internal: decompress a file and count its lines (the floor of `bench ingest`); with
+    /// `--zstd-pages`, also compress the text in 1 MiB zstd-1 pages (its lower bound).
+    #[command(hide = true, name = "bench-floor")]
+    BenchFloor {
+        path: PathBuf,
+        #[arg(long)]
+        zstd_pages: bool,
+    },
+}
+
+#[derive(Args, Debug)]
+struct IngestArgs {
+    /// Hour files: a directory, a file, a glob, or a URL prefix (s3://, gs://, az://, http(s)://).
+    #[arg(long)]
+    source: String,
+    /// Lake directory (created if missing).
+    #[arg(long)]
+    lake: String,
+    /// First hour to ingest, YYYY-MM-DD-H (inclusive).
+    #[arg(long, value_parser = parse_hour)]
+    from: Option<Hour>,
+    /// Last hour to ingest, YYYY-MM-DD-H (inclusive).
+    #[arg(long, value_parser = parse_hour)]
+    to: Option<Hour>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Re-ingest files that were already ingested.
+    #[arg(long)]
+    force: bool,
+    /// Reject lines longer than this many bytes.
+    #[arg(long, default_value_t = 8 << 20)]
+    max_line_bytes: usize,
+    /// Files ingested in parallel (each uses one core).
+    #[arg(long, default_value_t = default_jobs())]
+    jobs: usize,
+    /// Parquet codec of the event files.
+    #[arg(long, value_enum, default_value_t = CodecArg::Zstd)]
+    compression: CodecArg,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// Jobs to run (with their dependencies).
+    #[arg(required_unless_present_any = ["all", "list"])]
+    jobs: Vec<String>,
+    /// Run every job.
+    #[arg(long, conflicts_with = "jobs")]
+    all: bool,
+    /// List the jobs and exit.
+    #[arg(long)]
+    list: bool,
+    /// Lake directory.
+    #[arg(long, required_unless_present = "list")]
+    lake: Option<String>,
+    /// Only input partitions at or after this value (a date for event partitions).
+    #[arg(long)]
+    since: Option<String>,
+    /// Only input partitions at or before this value.
+    #[arg(long)]
+    until: Option<String>,
+    /// GH Archive source for the ingest job (else ingest is skipped).
+    #[arg(long)]
+    source: Option<String>,
+    /// Where the git repositories are, for the snapshots job, with {repo} for owner/name:
+    /// file:///mirrors/{repo}.git, /srv/git/{repo}, https://github.com/{repo}.git
+    #[arg(long)]
+    repo_url: Option<String>,
+    /// Snapshot only these repositories (comma-separated owner/name).
+    #[arg(long, value_delimiter = ',')]
+    repos: Vec<String>,
+    /// Directory of the bare git mirrors kept between runs [default: ~/.cache/swelake/mirrors].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Blobs larger than this are recorded without their content.
+    #[arg(long, default_value_t = 1 << 20)]
+    max_blob_bytes: usize,
+    /// Curation config (filters, relevance, seed) [default: the built-in config/curation.toml].
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Redo work that is already done (snapshots, relevance).
+    #[arg(long)]
+    force: bool,
+    /// Read job declarations from this directory (overrides the built-in jobs/).
+    #[arg(long)]
+    jobs_dir: Option<PathBuf>,
+    /// Read SQL files from this directory (overrides the built-in sql/).
+    #[arg(long)]
+    sql_dir: Option<PathBuf>,
+    /// Print the job summaries as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct EvalRelevanceArgs {
+    /// A git repository whose history is the evaluation set.
+    #[arg(long, conflicts_with = "lake")]
+    git: Option<PathBuf>,
+    /// Commits of --git to read (first-parent, oldest first).
+    #[arg(long, default_value_t = 2000)]
+    max_commits: usize,
+    /// A lake whose PRs are the evaluation set (with --repo-name and --repo-url).
+    #[arg(long, requires_all = ["repo_name", "repo_url"])]
+    lake: Option<String>,
+    /// Repository of the lake to evaluate on.
+    #[arg(long)]
+    repo_name: Option<String>,
+    /// Where the lake's repositories are ({repo} = owner/name).
+    #[arg(long)]
+    repo_url: Option<String>,
+    /// Mirror cache [default: ~/.cache/swelake/mirrors].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Curation config (ranker weights).
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// BM25 only (no ONNX model needed).
+    #[arg(long)]
+    bm25_only: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args, Debug)]
+struct SqlArgs {
+    /// Lake directory.
+    #[arg(long)]
+    lake: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Table)]
+    format: FormatArg,
+    /// The query (SELECT/WITH/SHOW/DESCRIBE/EXPLAIN).
+    query: String,
+}
+
+#[derive(Args, Debug)]
+struct RewardArgs {
+    /// JSONL cases (default: stdin; `.gz` is decompressed).
+    #[arg(long)]
+    input: Option<PathBuf>,
+    /// Where to write scored lines (default: stdout).
+    #[arg(long)]
+    output: Option<PathBuf>,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Score a rollout Parquet file instead of JSONL cases (schema: schemas/rollouts.toml).
+    #[arg(long, conflicts_with_all = ["input", "output"], requires = "out")]
+    rollouts: Option<PathBuf>,
+    /// Where to write the scored rollouts (the input columns plus reward, format_error, reward_error).
+    #[arg(long, requires = "rollouts")]
+    out: Option<PathBuf>,
+    /// Seed shards (glob) to look up context/oracle by instance_id when rollouts do not carry them.
+    #[arg(long, requires = "rollouts")]
+    seed_shards: Option<String>,
+}
+
+#[derive(Args, Debug)]
+struct DemoArgs {
+    /// Lake directory for the demo (replaced if it holds an earlier demo).
+    #[arg(long, default_value = "demo-lake")]
+    lake: PathBuf,
+    /// Directory with the sample inputs.
+    #[arg(long, default_value = "data-samples")]
+    samples: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+enum BenchCommand {
+    /// Ingest throughput on one core vs plain gunzip and (if installed) DuckDB.
+    Ingest(bench::IngestBenchArgs),
+    /// Reward throughput vs python3's difflib on the same cases.
+    Reward(bench::RewardBenchArgs),
+    /// Blob extraction (the snapshot job's reads) vs `git cat-file --batch`.
+    Blobs(bench::BlobsBenchArgs),
+    /// GRPO train-step tokens/s (tiny and SmolLM2-135M shapes) vs the same step in PyTorch.
+    Train(bench::TrainBenchArgs),
+    /// Rollout ⋈ seed join and group statistics: polars lazy scan vs the parquet crate's reader.
+    Rollouts(bench::RolloutsBenchArgs),
+}
+
+/// Parquet codec of the files a job writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum CodecArg {
+    /// zstd level 1: small files, fast enough for most lakes (default).
+    Zstd,
+    /// LZ4 (raw): faster to write, ~1.5x larger files.
+    Lz4,
+    /// Snappy: the most widely readable.
+    Snappy,
+    /// Uncompressed.
+    None,
+}
+
+impl From<CodecArg> for Codec {
+    fn from(c: CodecArg) -> Codec {
+        match c {
+            CodecArg::Zstd => Codec::Zstd,
+            CodecArg::Lz4 => Codec::Lz4,
+            CodecArg::Snappy => Codec::Snappy,
+            CodecArg::None => Codec::None,
+        }
+    }
+}
+
+/// How `swelake sql` prints its result.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum FormatArg {
+    /// Aligned text table.
+    Table,
+    /// CSV with a header row.
+    Csv,
+    /// One JSON array of row objects (every column a key, null when NULL).
+    Json,
+    /// One JSON object per line (every column a key, null when NULL).
+    Jsonl,
+}
+
+impl From<FormatArg> for crate::sql::Format {
+    fn from(f: FormatArg) -> crate::sql::Format {
+        use crate::sql::Format;
+        match f {
+            FormatArg::Table => Format::Table,
+            FormatArg::Csv => Format::Csv,
+            FormatArg::Json => Format::Json,
+            FormatArg::Jsonl => Format::Jsonl,
+        }
+    }
+}
+
+fn default_jobs() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+fn parse_hour(s: &str) -> std::result::Result<Hour, String> {
+    Hour::parse(s).ok_or_else(|| format!("{s:?} is not an hour of the form YYYY-MM-DD-H (e.g. 2025-01-01-15)"))
+}
+
+fn init_logging(quiet: bool, verbose: u8) {
+    let default = match (quiet, verbose) {
+        (true, _) => "error",
+        // deltalake's MERGE warns about metrics it derives itself; that is not the user's concern.
+        (false, 0) => "warn,swelake=info,deltalake_core::operations::merge=error",
+        (false, 1) => "info,swelake=debug",
+        _ => "debug,swelake=trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .try_init();
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.quiet, cli.verbose);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    let quiet = cli.quiet;
+    match cli.command {
+        Command::Ingest(a) => {
+            if let (Some(f), Some(t)) = (a.from, a.to) {
+                if f > t {
+                    bail!("--from {} is after --to {}", f.key(), t.key());
+                }
+            }
+            let lake = Lake::open(&a.lake)?;
+            crate::memory::keep_freed_memory();
+            let opts = IngestOptions {
+                source: a.source,
+                from: a.from,
+                to: a.to,
+                force: a.force,
+                max_line_bytes: a.max_line_bytes,
+                jobs: a.jobs,
+                compression: a.compression.into(),
+                show_progress: !quiet,
+                ..Default::default()
+            };
+            let summary = crate::ingest::run(&lake, &opts).await?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                print!("{}", summary.render_text());
+            }
+            Ok(if summary.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+        }
+        Command::Run(a) => {
+            let registry = crate::jobs::Registry::load(a.jobs_dir.as_deref(), a.sql_dir.as_deref())?;
+            if a.list {
+                for j in registry.jobs.values() {
+                    println!(
+                        "{:<16} {} step, by {}: {} -> {} (after: {})\n{:<16} {}",
+                        j.name,
+                        j.step.name(),
+                        match &j.partitioning {
+                            crate::jobs::Partitioning::Column(c) => c.as_str(),
+                            crate::jobs::Partitioning::Whole => "its inputs as a whole",
+                        },
+                        j.inputs.join(", "),
+                        j.outputs.join(", "),
+                        j.depends_on.join(", "),
+                        "",
+                        j.description
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let lake = Lake::open(a.lake.as_deref().expect("clap requires --lake"))?;
+            let wanted: Vec<String> = if a.all { registry.jobs.keys().cloned().collect() } else { a.jobs.clone() };
+            let opts = crate::jobs::RunOptions {
+                since: a.since,
+                until: a.until,
+                ingest: a.source.map(|source| IngestOptions { source, show_progress: !quiet, ..Default::default() }),
+                git: a.repo_url.map(|url| crate::jobs::GitOptions {
+                    mirrors: crate::git::Mirrors::new(url, a.cache_dir.unwrap_or_else(crate::git::default_cache_dir)),
+                    repos: (!a.repos.is_empty()).then_some(a.repos),
+                    max_blob_bytes: a.max_blob_bytes,
+                    force: a.force,
+                    threads: default_jobs(),
+                }),
+                all: a.all,
+                curation: crate::jobs::CurationConfig::load(a.config.as_deref())?,
+                show_progress: !quiet,
+            };
+            let summaries = crate::jobs::run(&lake, &registry, &wanted, &opts).await?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&summaries)?);
+            } else {
+                for s in &summaries {
+                    print!("{}", s.render());
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sql(a) => {
+            let lake = Lake::open(&a.lake)?;
+            let batches = crate::sql::query(&lake, &a.query).await?;
+            let stdout = std::io::stdout();
+            crate::sql::write(&batches, a.format.into(), BufWriter::new(stdout.lock()))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Reward(a) => {
+            let threads = a.threads.unwrap_or_else(default_jobs).max(1);
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+            if let (Some(rollouts), Some(out)) = (&a.rollouts, &a.out) {
+                let seed = match &a.seed_shards {
+                    Some(glob) => Some(crate::train::data::seed_lookup(glob)?),
+                    None => None,
+                };
+                let s = tokio::task::block_in_place(|| {
+                    crate::reward::rollouts::score_rollouts(rollouts, out, seed.as_ref(), &pool)
+                })?;
+                println!("{}", serde_json::to_string(&s)?);
+                if s.unscoreable > 0 {
+                    eprintln!(
+                        "error: {} of {} rollout(s) could not be scored (see reward_error)",
+                        s.unscoreable, s.rows
+                    );
+                    return Ok(ExitCode::FAILURE);
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let input: Box<dyn BufRead> = match &a.input {
+                Some(p) => crate::files::open_maybe_gz(p)?,
+                None => Box::new(BufReader::new(std::io::stdin())),
+            };
+            let output: Box<dyn Write> = match &a.output {
+                Some(p) => Box::new(BufWriter::new(
+                    std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+                )),
+                None => Box::new(BufWriter::new(std::io::stdout())),
+            };
+            let s = tokio::task::block_in_place(|| crate::reward::batch::score_stream(input, output, &pool))?;
+            if s.errors > 0 {
+                eprintln!(
+                    "error: {} of {} line(s) could not be scored (see their \"error\" fields)",
+                    s.errors, s.lines
+                );
+                return Ok(ExitCode::FAILURE);
+            }
+            tracing::info!(lines = s.lines, "scored");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Report { lake, out } => {
+            let lake = Lake::open(&lake)?;
+            let s = crate::report::run(&lake, &crate::report::ReportOptions { out }).await?;
+            println!("wrote {}", s.card.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::EvalRelevance(a) => {
+            let config = crate::jobs::CurationConfig::load(a.config.as_deref())?;
+            let encoder =
+                if a.bm25_only { None } else { Some(crate::relevance::encoder::Encoder::load(default_jobs())?) };
+            let report = tokio::task::block_in_place(|| -> Result<crate::relevance::EvalReport> {
+                match (&a.git, &a.lake) {
+                    (Some(path), _) => {
+                        let repo =
+                            git2::Repository::open(path).with_context(|| format!("opening {}", path.display()))?;
+                        let changes = crate::relevance::cases_from_repo(&repo, a.max_commits)?;
+                        crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref())
+                    }
+                    (None, Some(lake)) => {
+                        let lake = Lake::open(lake)?;
+                        let name = a.repo_name.clone().expect("clap requires --repo-name");
+                        let mirrors = crate::git::Mirrors::new(
+                            a.repo_url.clone().expect("clap requires --repo-url"),
+                            a.cache_dir.clone().unwrap_or_else(crate::git::default_cache_dir),
+                        );
+                        let repo = mirrors.open(&name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
+                        let changes = tokio::runtime::Handle::current()
+                            .block_on(crate::relevance::changes_from_lake(&lake, &name))?;
+                        crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref())
+                    }
+                    _ => bail!("give --git PATH or --lake LAKE --repo-name NAME --repo-url TEMPLATE"),
+                }
+            })?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&report)?);
+            } else {
+                print!("{}", report.render());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Train(a) => {
+            let opts = a.into_options();
+            tokio::task::block_in_place(|| crate::train::run::train(&opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Generate(a) => {
+            let opts = a.into_options();
+            tokio::task::block_in_place(|| crate::train::run::generate(&opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Eval(a) => {
+            let opts = a.into_options();
+            tokio::task::block_in_place(|| crate::train::run::eval(&opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Demo(a) => {
+            let report = crate::demo::run(&a.samples, &a.lake, !quiet).await?;
+            print!("{report}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Ingest(a)) => {
+            crate::bench::ingest(&a.into_options()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Samples { hours, repos } => {
+            let tmp = tempfile::tempdir()?;
+            let dir = repos.unwrap_or_else(|| tmp.path().to_path_buf());
+            let made = crate::samples::create_repos(&dir)?;
+            for p in crate::samples::write_hours(&hours, &made)? {
+                println!("wrote {}", p.display());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::BenchFloor { path, zstd_pages } => {
+            let (lines, packed) = crate::bench::gunzip_pages(&path, zstd_pages)?;
+            println!("{lines} {packed}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Blobs(a)) => {
+            crate::bench::blobs(&a.into_options())?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Rollouts(a)) => {
+            let opts = a.into_options();
+            tokio::task::block_in_place(|| crate::train::bench::rollouts(&opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Train(a)) => {
+            let opts = a.into_options();
+            tokio::task::block_in_place(|| crate::train::bench::run(&opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Reward(a)) => {
+            crate::bench::reward(&a.into_options())?;
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
