@@ -20,23 +20,23 @@
 //! The modules form four layers, and a module imports only from layers below its own (a test
 //! holds this):
 //! 1. infrastructure: [`lake`] (tables, run records, the blob store), [`schema`] (table
-//!    contracts), [`git`], [`lang`], [`query`] (typed reads), [`config`] (the curation file), [`files`],
+//!    contracts), [`git`], `lang`, [`query`] (typed reads), `config` (the curation file), [`files`],
 //!    and from `swelake-core` [`models`], [`memory`], [`progress`], [`charts`], [`hash`],
 //!    [`rng`];
 //! 2. stages: [`ingest`], [`prs`], [`snapshots`], [`filters`], [`relevance`], [`seed`],
 //!    [`report`], [`reward`], [`train`]; a stage imports infrastructure, and only the reward of
 //!    the other stages;
 //! 3. orchestration: [`jobs`] (the scheduler), [`udfs`] (every SQL function, registered by the
-//!    layers that plan queries), [`sql`] (the `swelake sql` command), [`demo`], [`bench`],
+//!    layers that plan queries), [`sql`] (the `swelake sql` command), `demo`, `bench`,
 //!    [`samples`];
 //! 4. [`cli`]: the command line, the only module that knows clap.
 
 // Infrastructure.
-pub mod config;
+pub(crate) mod config;
 pub mod files;
 pub mod git;
 pub mod lake;
-pub mod lang;
+pub(crate) mod lang;
 pub mod query;
 pub mod schema;
 pub use swelake_core::{charts, hash, memory, models, progress, rng};
@@ -53,8 +53,8 @@ pub use swelake_reward as reward;
 pub use swelake_train as train;
 
 // Orchestration.
-pub mod bench;
-pub mod demo;
+pub(crate) mod bench;
+pub(crate) mod demo;
 pub mod jobs;
 pub mod samples;
 pub mod sql;

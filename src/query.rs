@@ -569,7 +569,7 @@ mod tests {
     #[test]
     fn structs_by_name_tuples_by_position_values_alone() {
         let b = prs();
-        let rows: Vec<Pr> = from_batches(&[b.clone()]).unwrap();
+        let rows: Vec<Pr> = from_batches(std::slice::from_ref(&b)).unwrap();
         assert_eq!(
             rows,
             vec![

@@ -289,7 +289,7 @@ fn pr_full(
     })
 }
 
-/// The trimmed PR payload of 2025-10-07 onward (DESIGN.md §3).
+/// The trimmed PR payload of 2025-10-07 onward (GitHub cut the Events API payloads that day).
 fn pr_stub(p: &Pr, head: &str) -> Value {
     let side = |r: &str, sha: &str| json!({"ref": r, "sha": sha, "repo": {"id": p.repo.id, "url": format!("https://api.github.com/repos/{}", p.repo.name), "name": p.repo.name}});
     json!({"id": p.repo.id * 1000 + p.number, "number": p.number, "url": format!("https://api.github.com/repos/{}/pulls/{}", p.repo.name, p.number),

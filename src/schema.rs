@@ -1,6 +1,6 @@
 //! The table contracts in `schemas/*.toml`: columns with types, nullability and a sentence
 //! each, keys and partitioning. They are compiled in, and they are the only definition of a
-//! table's layout: every table's Arrow schema is built from its file ([`arrow`]), and a test
+//! table's layout: every table's Arrow schema is built from its file ([`arrow()`]), and a test
 //! checks every written table against it, so documentation and data cannot drift apart.
 //!
 //! Types are Delta's names: `string`, `binary`, `boolean`, `integer`, `long`, `float`,
@@ -62,8 +62,11 @@ pub const FILES: &[(&str, &str)] = &[
     ("seed_rejections", include_str!("../schemas/seed_rejections.toml")),
 ];
 
+/// A parsed schema file with its Arrow schema, or why it does not build.
+type Contract = Result<(TableDoc, SchemaRef), String>;
+
 /// The parsed files and their Arrow schemas, built once.
-static CONTRACTS: LazyLock<BTreeMap<&'static str, Result<(TableDoc, SchemaRef), String>>> = LazyLock::new(|| {
+static CONTRACTS: LazyLock<BTreeMap<&'static str, Contract>> = LazyLock::new(|| {
     FILES
         .iter()
         .map(|(name, text)| {
@@ -93,7 +96,7 @@ pub fn arrow(table: &str) -> Result<SchemaRef> {
     Ok(contract(table)?.1.clone())
 }
 
-/// [`arrow`] for a table whose schema file is compiled in (a test checks that every file
+/// [`arrow()`] for a table whose schema file is compiled in (a test checks that every file
 /// builds, so this cannot fail for the names the stages use).
 pub fn builtin(table: &str) -> SchemaRef {
     arrow(table).unwrap_or_else(|e| panic!("{e:#}"))

@@ -79,6 +79,7 @@ Online (sample with the current policy, score, train, repeat):
 Resume an interrupted run: the same command with --resume.
 
 Rows without a reward are scored with the SWE-RL reward (context/oracle from the seed shards);
+without --seed-shards every rollout must carry its prompt and reward, and splits are not checked;
 groups whose rewards are all equal carry no signal and are dropped (counted as groups_zero_std).
 Writes DIR/checkpoints/step-N (weights, tokenizer, optimizer state), DIR/metrics.parquet (one row
 per step) and DIR/metrics.png.")]

@@ -9,7 +9,7 @@
 //! - `is_noise_path(path)`: lock files, generated and vendored code.
 //! - `is_version_only_patch(patch)`: every changed line only changes version numbers.
 
-pub mod udf;
+pub(crate) mod udf;
 
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};

@@ -270,10 +270,6 @@ impl Default for RejectedBuilder {
 }
 
 impl RejectedBuilder {
-    pub fn len(&self) -> usize {
-        self.rows
-    }
-
     pub fn is_empty(&self) -> bool {
         self.rows == 0
     }

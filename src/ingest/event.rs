@@ -131,16 +131,6 @@ pub struct Comment<'a> {
     pub path: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub state: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub created_at: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub submitted_at: Option<Cow<'a, str>>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub struct CommitAuthor<'a> {
-    #[serde(borrow, default)]
-    pub name: Option<Cow<'a, str>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -149,8 +139,6 @@ pub struct PushCommit<'a> {
     pub sha: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     pub message: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    pub author: Option<CommitAuthor<'a>>,
 }
 
 /// The payload fields any of the typed event kinds may carry.
@@ -178,8 +166,6 @@ pub struct Payload<'a> {
     pub before: Option<Cow<'a, str>>,
     #[serde(default)]
     pub size: Option<i64>,
-    #[serde(default)]
-    pub push_id: Option<i64>,
     #[serde(borrow, default)]
     pub commits: Option<Vec<PushCommit<'a>>>,
     #[serde(borrow, default)]

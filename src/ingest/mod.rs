@@ -9,10 +9,10 @@
 //!
 //! Not here: turning events into pull requests (`prs`), scheduling (`jobs`).
 
-pub mod batch;
-pub mod event;
-pub mod reader;
-pub mod scan;
+pub(crate) mod batch;
+pub(crate) mod event;
+pub(crate) mod reader;
+pub(crate) mod scan;
 pub mod source;
 
 use std::collections::{BTreeMap, HashMap, HashSet};

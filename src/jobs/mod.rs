@@ -541,11 +541,11 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
     for name in order {
         let job = &registry.jobs[&name];
         let started = std::time::Instant::now();
-        let needs = |what: &str| -> Result<JobSummary> {
+        let needs = |flag: &str, why: &str| -> Result<JobSummary> {
             if explicitly.contains(&name) {
-                bail!("the {name} job needs {what}");
+                bail!("the {name} job needs {flag} ({why})");
             }
-            Ok(JobSummary::skipped(&name, format!("no {what} given")))
+            Ok(JobSummary::skipped(&name, format!("no {flag} given ({why})")))
         };
         let mut summary = match missing_input(lake, registry, job, &out) {
             Some(reason) if !matches!(job.step, Step::Sql(_)) => JobSummary::skipped(&name, reason),
@@ -561,7 +561,7 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
                         }
                         JobSummary::from(s)
                     }
-                    None => needs("--source (the lake's events are used as they are)")?,
+                    None => needs("--source", "the lake's events are used as they are")?,
                 },
                 Step::Snapshots => match &opts.git {
                     Some(g) => {
@@ -575,7 +575,7 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
                         };
                         JobSummary::from(crate::snapshots::run(lake, &so).await?)
                     }
-                    None => needs("--repo-url (where the git repositories are)")?,
+                    None => needs("--repo-url", "where the git repositories are")?,
                 },
                 Step::Relevance => match &opts.git {
                     Some(g) => {
@@ -588,7 +588,7 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
                         };
                         JobSummary::from(crate::relevance::run(lake, &ro).await?)
                     }
-                    None => needs("--repo-url (where the git repositories are)")?,
+                    None => needs("--repo-url", "where the git repositories are")?,
                 },
                 Step::Seed => {
                     let so = crate::seed::SeedOptions { config: opts.curation.seed.clone() };

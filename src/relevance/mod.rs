@@ -8,7 +8,7 @@
 //! (`file_blobs`), so the seed stage reads only the lake. [`evaluate`] measures rankers leave-one-out on a lake or on any git
 //! repository's history.
 
-pub mod bm25;
+pub(crate) mod bm25;
 pub mod encoder;
 pub mod rank;
 
@@ -521,7 +521,7 @@ struct EvalCase {
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct EvalReport {
     pub cases: usize,
-    /// ranker -> [recall@1, recall@5, recall@10]
+    /// ranker -> (recall@1, recall@5, recall@10)
     pub recall: BTreeMap<String, [f64; 3]>,
     pub encoder_files_per_second: f64,
     pub candidates_per_case: f64,

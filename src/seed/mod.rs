@@ -9,7 +9,7 @@
 //! built (prompt over the token budget even without relevant files, no text left...) go to
 //! `seed_rejections` with a reason.
 
-pub mod oracle;
+pub(crate) mod oracle;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

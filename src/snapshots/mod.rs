@@ -11,7 +11,7 @@
 //!
 //! Not here: how git is read (`crate::git`), the blob store (`crate::lake::blobs`).
 
-pub mod tables;
+pub(crate) mod tables;
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex};

@@ -131,7 +131,8 @@ async fn real_excerpts_counts_match_and_reingest_is_idempotent() {
     assert!(swelake::sql::query(&lake, "CREATE TABLE x AS SELECT 1").await.is_err());
 }
 
-/// Applies GitHub's 2025-10-07 trim to a real PullRequestEvent (DESIGN.md §3).
+/// Applies GitHub's 2025-10-07 trim to a real PullRequestEvent (a stub with id, number, url,
+/// head and base).
 fn trim_pr_event(mut v: Value) -> Value {
     let pr = &v["payload"]["pull_request"];
     let side = |s: &Value| json!({"ref": s["ref"], "sha": s["sha"], "repo": {"id": s["repo"]["id"], "url": s["repo"]["url"], "name": s["repo"]["name"]}});

@@ -5,7 +5,9 @@
 
 mod common;
 mod curation;
+mod history;
 mod ingest;
+mod layers;
 mod prs;
 mod remote;
 mod reward;

@@ -133,7 +133,7 @@ async fn real_excerpts_prs_and_merges_match_raw_counts_and_jobs_are_idempotent()
     }
 }
 
-/// Cuts a real event down to the payload shape of GitHub's 2025-10-07 trim (DESIGN.md §3) and
+/// Cuts a real event down to the payload shape of GitHub's 2025-10-07 trim and
 /// moves it into the trimmed era.
 fn trim(mut v: Value) -> Value {
     let t = v["type"].as_str().unwrap().to_string();

@@ -69,6 +69,13 @@ fn swelake(args: &[&str]) -> String {
     text
 }
 
+fn swelake_fails(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_swelake")).args(args).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "swelake {args:?} succeeded:\n{text}");
+    text
+}
+
 /// Sum of log-probabilities of `completion` after the chat prompt of `messages`.
 fn sequence_logprob(policy: &Policy, messages: &[Message], completion: &str) -> f64 {
     let tok = &policy.tokenizer;
@@ -183,6 +190,20 @@ async fn generate_train_resume_and_eval_from_parquet() {
     let only_train = train(&d("run-train-split"), "1", &[]);
     assert!(only_train.contains("groups per split {\"test\": 4, \"train\": 2}"), "{only_train}");
     assert!(only_train.contains("2 scored here"), "{only_train}");
+    // Rollouts that carry their prompt and reward (the sampled ones) train without the seed
+    // shards, and say that splits go unchecked; rollouts without them (the engine's) cannot.
+    let sampled_only = format!("{out}/part-00000.parquet");
+    let alone = swelake(
+        &[&["train", "--rollouts", &sampled_only, "--out", &d("run-no-seed"), "--steps", "1"][..], &common[..]]
+            .concat(),
+    );
+    assert!(alone.contains("splits are not checked") && alone.contains("trained 1 steps"), "{alone}");
+    let engine_only = format!("{out}/part-00001.parquet");
+    let refused = swelake_fails(
+        &[&["train", "--rollouts", &engine_only, "--out", &d("run-no-seed-2"), "--steps", "1"][..], &common[..]]
+            .concat(),
+    );
+    assert!(refused.contains("6 rollout(s) without a reward") && refused.contains("give the seed shards"), "{refused}");
     let first = train(&run, "2", &["--split", ""]);
     assert!(first.contains("6 scored here, 0 could not be scored"), "{first}");
     let resumed = train(&run, "3", &["--resume", "--split", ""]);

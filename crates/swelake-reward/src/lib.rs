@@ -15,7 +15,7 @@ pub mod columns;
 pub mod rollouts;
 #[cfg(feature = "sql")]
 pub mod udf;
-pub mod unidiff;
+pub(crate) mod unidiff;
 
 use serde::Serialize;
 use std::cell::RefCell;

@@ -101,7 +101,7 @@ fn scalar(t: &Tensor) -> Result<f64> {
 }
 
 /// The loss of a micro-batch. `logp`, `old_logp`, `ref_logp` and `mask` are [B, L] (mask 1 on
-/// completion tokens), `adv` is [B]. Only `logp` carries gradient.
+/// completion tokens), `adv` is \[B\]. Only `logp` carries gradient.
 pub fn loss(
     obj: &Objective,
     logp: &Tensor,

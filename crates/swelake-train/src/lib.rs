@@ -3,30 +3,30 @@
 //!
 //! - [`model`]: a Llama-family model from differentiable candle operations; loads GGUF
 //!   (SmolLM2-135M-Instruct), saves/loads safetensors.
-//! - [`kernels`]: fused CPU kernels with their backward (RMSNorm, RoPE, attention, SwiGLU,
+//! - `kernels`: fused CPU kernels with their backward (RMSNorm, RoPE, attention, SwiGLU,
 //!   products, the head's log-probabilities, AdamW).
 //! - [`tokenizer`]: byte-level BPE from GGUF metadata and the ChatML template.
 //! - [`generate`]: temperature/top-p sampling with a KV cache.
 //! - [`grpo`]: group advantages and the clipped objective with KL.
 //! - [`optim`]: AdamW, clipping, warm-up + cosine.
 //! - [`data`]: seed shards and rollout tables in Parquet; [`group_stats`]: rollout group
-//!   statistics as a lazy scan; [`prepare`]: rollout tables into training groups.
-//! - [`trainer`]: the training loop, checkpoints, metrics; [`eval`]: held-out evaluation.
-//! - [`run`]: the train, generate and eval runs from plain options; [`bench`]: the step
+//!   statistics as a lazy scan; `prepare`: rollout tables into training groups.
+//! - [`trainer`]: the training loop, checkpoints, metrics; `eval`: held-out evaluation.
+//! - [`run`]: the train, generate and eval runs from plain options; [`mod@bench`]: the step
 //!   benchmark against PyTorch.
 //!
 //! Not here: the lake (this crate reads Parquet files, not Delta tables) and the command line.
 
 pub mod bench;
 pub mod data;
-pub mod eval;
+pub(crate) mod eval;
 pub mod generate;
 pub mod group_stats;
 pub mod grpo;
-pub mod kernels;
+pub(crate) mod kernels;
 pub mod model;
 pub mod optim;
-pub mod prepare;
+pub(crate) mod prepare;
 pub mod run;
 pub mod tokenizer;
 pub mod trainer;

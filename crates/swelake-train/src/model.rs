@@ -1,14 +1,15 @@
 //! A Llama-family causal language model written only with differentiable candle operations,
 //! so that every parameter receives a gradient. (candle's fused kernels — `rms_norm`,
 //! `softmax_last_dim`, `rope*`, sdpa — record no gradient and raise no error; a model built
-//! on them trains nothing upstream of them. See DESIGN.md §7.)
+//! on them trains nothing upstream of them; a test checks every parameter's gradient against
+//! finite differences.)
 //!
 //! RMSNorm is `x / sqrt(mean(x²) + eps) * w`; attention is grouped-query with a causal
 //! softmax; the MLP is SwiGLU; the output head is tied to the embedding. RoPE rotates adjacent
 //! pairs of each head's features, which is the layout of the Q/K weights in GGUF files
 //! (llama.cpp permutes Hugging Face's half-split layout into it), so GGUF weights load
 //! unchanged. On the CPU these four run as fused kernels with their own backward
-//! ([`crate::kernels`]); elsewhere as the composed expressions, which the kernels are tested
+//! (`crate::kernels`); elsewhere as the composed expressions, which the kernels are tested
 //! against.
 
 use std::collections::HashMap;

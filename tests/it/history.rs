@@ -1,0 +1,145 @@
+//! Real repository histories (`../shared/history`: pallets/jinja and pallets/werkzeug as git
+//! bundles, with GH Archive-shaped events of their merged PRs and git's own answer per PR):
+//! the PR tables and snapshots on hundreds of real merges. Skipped, saying so, on a checkout
+//! without the histories.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::process::Command;
+
+use serde::Deserialize;
+use swelake::git::Mirrors;
+use swelake::jobs::{run, GitOptions, Registry, RunOptions};
+use swelake::lake::Lake;
+
+use crate::common::quiet_ingest;
+
+#[derive(Deserialize)]
+struct Expected {
+    merge_base: String,
+    head: String,
+    files: Vec<ExpectedFile>,
+}
+
+#[derive(Deserialize)]
+struct ExpectedFile {
+    status: String,
+    path: String,
+    old_path: Option<String>,
+}
+
+/// The hour files of `events` as one file (the events are the same; one commit instead of
+/// hundreds keeps the test quick). Returns the PR numbers that several merges carry (the
+/// history's first PRs reuse numbers of an older tracker): which of them a PR table keeps says
+/// nothing about snapshots, so they are left out of the comparison.
+fn concatenated(events: &Path, out: &Path) -> BTreeSet<i64> {
+    let mut merges: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
+    let mut w = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
+    let mut names: Vec<_> = std::fs::read_dir(events).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    for p in names {
+        let r = std::io::BufReader::new(flate2::read::MultiGzDecoder::new(std::fs::File::open(&p).unwrap()));
+        for line in r.lines() {
+            let line = line.unwrap();
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            let pr = &v["payload"]["pull_request"];
+            if let (Some(n), Some(sha)) = (pr["number"].as_i64(), pr["merge_commit_sha"].as_str()) {
+                merges.entry(n).or_default().insert(sha.to_string());
+            }
+            writeln!(w, "{line}").unwrap();
+        }
+    }
+    merges.into_iter().filter(|(_, m)| m.len() > 1).map(|(n, _)| n).collect()
+}
+
+/// A changed file as (status letter, path, old path).
+type Change = (String, String, Option<String>);
+
+#[derive(Deserialize)]
+struct Snapshot {
+    pr_number: i64,
+    merge_base: Option<String>,
+    head_sha: String,
+    status: String,
+}
+
+#[derive(Deserialize)]
+struct File {
+    pr_number: i64,
+    path: String,
+    old_path: Option<String>,
+    status: String,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn snapshots_of_real_merges_agree_with_git() {
+    let Some(history) = crate::common::history() else { return };
+    for name in ["pallets/jinja", "pallets/werkzeug"] {
+        let stem = name.replace('/', "-");
+        let dir = tempfile::tempdir().unwrap();
+        let mirror = dir.path().join("src").join(format!("{name}.git"));
+        let ok = Command::new("git")
+            .args(["clone", "--quiet", "--mirror"])
+            .arg(history.join(format!("{stem}.bundle")))
+            .arg(&mirror)
+            .status()
+            .unwrap();
+        assert!(ok.success(), "cloning the {name} bundle");
+        let hour = dir.path().join("2011-04-25-18.json");
+        let reused = concatenated(&history.join(&stem).join("events"), &hour);
+        let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
+        swelake::ingest::run(&lake, &quiet_ingest(&hour)).await.unwrap();
+        let registry = Registry::load(None, None).unwrap();
+        let mirrors =
+            Mirrors::new(format!("{}/{{repo}}.git", dir.path().join("src").display()), dir.path().join("cache"));
+        let opts = RunOptions { git: Some(GitOptions::new(mirrors)), ..Default::default() };
+        run(&lake, &registry, &["snapshots".to_string()], &opts).await.unwrap();
+
+        let expected: BTreeMap<String, Expected> =
+            serde_json::from_str(&std::fs::read_to_string(history.join(&stem).join("expected.json")).unwrap()).unwrap();
+        let ctx = lake.session().await.unwrap();
+        let q = |table: &str, cols: &str| format!("SELECT {cols} FROM {table} WHERE repo_name = '{name}'");
+        let snaps: Vec<Snapshot> =
+            swelake::query::rows(&ctx, &q("pr_snapshots", "pr_number, merge_base, head_sha, status")).await.unwrap();
+        let files: Vec<File> =
+            swelake::query::rows(&ctx, &q("pr_files", "pr_number, path, old_path, status")).await.unwrap();
+        let key = |n: i64| format!("{name}#{n}");
+        assert_eq!(snaps.len(), expected.len(), "{name}: every merged PR is snapshotted");
+        for s in snaps.iter().filter(|s| !reused.contains(&s.pr_number)) {
+            let e = &expected[&key(s.pr_number)];
+            assert_eq!(s.status, "ok", "{name}#{}", s.pr_number);
+            assert_eq!(s.merge_base.as_deref(), Some(e.merge_base.as_str()), "{name}#{} merge base", s.pr_number);
+            assert_eq!(s.head_sha, e.head, "{name}#{} head", s.pr_number);
+        }
+        // The paths each PR touched are git's (a rename names its old path too). Whether a
+        // heavily edited move is one rename or a deletion and an addition is where libgit2 and
+        // git can differ; that is counted here, not asserted.
+        let mut ours: BTreeMap<String, (BTreeSet<String>, BTreeSet<Change>)> = BTreeMap::new();
+        for f in files {
+            let e = ours.entry(key(f.pr_number)).or_default();
+            e.0.insert(f.path.clone());
+            e.0.extend(f.old_path.clone());
+            e.1.insert((f.status, f.path, f.old_path));
+        }
+        let mut same_status = 0;
+        let compared: Vec<(&String, &Expected)> =
+            expected.iter().filter(|(k, _)| !reused.iter().any(|n| **k == key(*n))).collect();
+        for &(k, e) in &compared {
+            let paths: BTreeSet<String> =
+                e.files.iter().flat_map(|f| std::iter::once(f.path.clone()).chain(f.old_path.clone())).collect();
+            let got = ours.remove(k).unwrap_or_default();
+            assert_eq!(got.0, paths, "{k}: changed paths");
+            let statuses: BTreeSet<Change> =
+                e.files.iter().map(|f| (f.status[..1].to_string(), f.path.clone(), f.old_path.clone())).collect();
+            same_status += usize::from(got.1 == statuses);
+        }
+        eprintln!(
+            "{name}: {} PRs compared ({} numbers reused by several merges left out), {same_status} with git's exact statuses",
+            compared.len(),
+            reused.len()
+        );
+        assert!(compared.len() + reused.len() == expected.len() && compared.len() > 400);
+        assert!(same_status * 100 >= compared.len() * 99, "{name}: {same_status} of {} PRs", compared.len());
+    }
+}
