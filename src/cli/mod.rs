@@ -453,8 +453,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let registry = crate::jobs::Registry::load(a.jobs_dir.as_deref(), a.sql_dir.as_deref())?;
             if a.list {
                 for j in registry.jobs.values() {
+                    let after = if j.depends_on.is_empty() { "nothing".to_string() } else { j.depends_on.join(", ") };
                     println!(
-                        "{:<16} {} step, by {}: {} -> {} (after: {})\n{:<16} {}",
+                        "{:<16} {} step, by {}: {} -> {} (after: {after})\n{:<16} {}",
                         j.name,
                         j.step.name(),
                         match &j.partitioning {
@@ -463,7 +464,6 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         },
                         j.inputs.join(", "),
                         j.outputs.join(", "),
-                        j.depends_on.join(", "),
                         "",
                         j.description
                     );

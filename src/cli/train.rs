@@ -42,8 +42,8 @@ pub(crate) struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    pub(crate) fn into_options(self) -> crate::train::run::SamplingOptions {
-        crate::train::run::SamplingOptions {
+    pub(crate) fn into_options(self) -> crate::train::generate::Sampling {
+        crate::train::generate::Sampling {
             temperature: self.temperature,
             top_p: self.top_p,
             max_new_tokens: self.max_new_tokens,

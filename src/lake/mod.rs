@@ -83,14 +83,6 @@ pub enum Codec {
 }
 
 impl Codec {
-    /// Every codec with its name, as the command line spells it.
-    pub const ALL: [(Codec, &'static str); 4] =
-        [(Codec::Zstd, "zstd"), (Codec::Lz4, "lz4"), (Codec::Snappy, "snappy"), (Codec::None, "none")];
-
-    pub fn name(self) -> &'static str {
-        Codec::ALL.iter().find(|(c, _)| *c == self).map(|(_, n)| *n).expect("every codec is listed")
-    }
-
     fn parquet(self) -> Compression {
         match self {
             Codec::Zstd => Compression::ZSTD(ZstdLevel::try_new(1).expect("valid zstd level")),
@@ -546,12 +538,6 @@ impl TableWriter {
         }
         Ok(self.done)
     }
-}
-
-/// A batch whose columns are all declared NOT NULL. `RecordBatch::try_from_iter` derives
-/// nullability from the data, which would make a table's schema depend on its first batch.
-pub fn non_null_batch(columns: Vec<(&str, arrow::array::ArrayRef)>) -> Result<RecordBatch> {
-    Ok(RecordBatch::try_from_iter_with_nullable(columns.into_iter().map(|(n, a)| (n, a, false)))?)
 }
 
 #[cfg(test)]

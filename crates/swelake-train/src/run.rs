@@ -16,28 +16,6 @@ use super::trainer::{TrainConfig, Trainer};
 use super::{device, Policy, MODEL_SPECS};
 
 #[derive(Debug, Clone)]
-pub struct SamplingOptions {
-    /// Sampling temperature (0 = greedy).
-    pub temperature: f64,
-    /// Nucleus sampling: keep the most likely tokens up to this probability mass.
-    pub top_p: f64,
-    /// Longest completion, in tokens.
-    pub max_new_tokens: usize,
-}
-
-impl Default for SamplingOptions {
-    fn default() -> Self {
-        SamplingOptions { temperature: 1.0, top_p: 1.0, max_new_tokens: 512 }
-    }
-}
-
-impl SamplingOptions {
-    pub fn sampling(&self) -> Sampling {
-        Sampling { temperature: self.temperature, top_p: self.top_p, max_new_tokens: self.max_new_tokens }
-    }
-}
-
-#[derive(Debug, Clone)]
 pub struct ModelOptions {
     /// The policy: a checkpoint directory, a .gguf file, `smollm2`, `tiny` or `tiny-bpe`.
     pub model: String,
@@ -114,7 +92,7 @@ pub struct TrainOptions {
     /// Seed split to train on: groups of other splits' instances are left out, so a test set
     /// cannot leak into training (all when empty). Groups mixing instances are always left out.
     pub split: String,
-    pub sampling: SamplingOptions,
+    pub sampling: Sampling,
 }
 
 impl Default for TrainOptions {
@@ -142,7 +120,7 @@ impl Default for TrainOptions {
             online: false,
             group_size: 8,
             split: "train".to_string(),
-            sampling: SamplingOptions::default(),
+            sampling: Sampling { max_new_tokens: 512, ..Default::default() },
         }
     }
 }
@@ -160,7 +138,7 @@ pub struct GenerateOptions {
     pub split: String,
     /// At most this many instances.
     pub limit: Option<usize>,
-    pub sampling: SamplingOptions,
+    pub sampling: Sampling,
 }
 
 impl Default for GenerateOptions {
@@ -172,7 +150,7 @@ impl Default for GenerateOptions {
             out: PathBuf::new(),
             split: "train".to_string(),
             limit: None,
-            sampling: SamplingOptions::default(),
+            sampling: Sampling { max_new_tokens: 512, ..Default::default() },
         }
     }
 }
@@ -267,7 +245,7 @@ pub fn train(a: &TrainOptions) -> Result<()> {
         seed: a.model.seed,
         steps: a.steps,
         save_every: a.save_every.max(1),
-        sampling: a.sampling.sampling(),
+        sampling: a.sampling.clone(),
     };
     let seed: HashMap<String, SeedInstance> = match &a.seed_shards {
         Some(glob) => data::read_seed(glob, None)?.into_iter().map(|i| (i.instance_id.clone(), i)).collect(),
@@ -391,7 +369,7 @@ pub fn generate(a: &GenerateOptions) -> Result<()> {
     let seed: HashMap<String, SeedInstance> = inst.iter().map(|i| (i.instance_id.clone(), i.clone())).collect();
     let cfg = TrainConfig {
         group_size: a.group_size,
-        sampling: a.sampling.sampling(),
+        sampling: a.sampling.clone(),
         seed: a.model.seed,
         ..Default::default()
     };
