@@ -41,8 +41,9 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
     }
     prepare_lake_dir(lake_dir)?;
     let lake = Lake::open(&lake_dir.to_string_lossy())?;
+    let root = lake.local_root().expect("the demo's lake is a directory").to_path_buf();
     let mut report = String::new();
-    writeln!(report, "swelake demo — lake at {}", lake.root().display())?;
+    writeln!(report, "swelake demo — lake at {}", root.display())?;
 
     // Stage 1: ingest.
     let opts =
@@ -70,10 +71,10 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
 
     // Stages 2 and 3: pull-request tables (the SQL jobs of jobs/*.toml) and file snapshots
     // from the sample repositories, which are made by code (see `samples`).
-    let repos_dir = lake.root().join("_sample_repos");
+    let repos_dir = root.join("_sample_repos");
     let repos = crate::samples::create_repos(&repos_dir)?;
     let mirrors =
-        crate::git::Mirrors::new(format!("{}/{{repo}}.git", repos_dir.display()), lake.root().join("_mirrors"));
+        crate::git::Mirrors::new(format!("{}/{{repo}}.git", repos_dir.display()), root.join("_mirrors"));
     let registry = crate::jobs::Registry::load(None, None)?;
     let all: Vec<String> = registry.jobs.keys().cloned().collect();
     let opts = crate::jobs::RunOptions {
@@ -104,9 +105,9 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
         writeln!(report, "    {line}")?;
     }
 
-    if lake.has_table("rl_seed") {
-        let card = crate::report::run(&lake, &crate::report::ReportOptions { out: lake.root().join("card") }).await?;
-        writeln!(report, "  seed shards: {}", lake.root().join("shards/seed").display())?;
+    if lake.has_table("rl_seed").await? {
+        let card = crate::report::run(&lake, &crate::report::ReportOptions { out: root.join("card") }).await?;
+        writeln!(report, "  seed shards: {}", root.join("shards/seed").display())?;
         writeln!(report, "  dataset card: {}", card.card.display())?;
     }
     let files = crate::sql::query(
@@ -139,7 +140,7 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
     }
 
     writeln!(report, "\n[tables]")?;
-    for t in lake.tables()? {
+    for t in lake.tables().await? {
         let n = counts(&lake, &format!("SELECT '{t}', count(*) FROM \"{t}\"")).await?;
         writeln!(report, "  {t:<20} {:>6} rows", n.first().map_or(0, |x| x.1))?;
     }
@@ -149,7 +150,7 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
         lake_dir.display()
     )?;
     writeln!(report, "     analyst queries to adapt: sql/examples/*.sql")?;
-    if lake.has_table("rl_seed") {
+    if lake.has_table("rl_seed").await? {
         writeln!(
             report,
             "     GRPO on the seed shards (tiny random policy; --model smollm2 for the real one):\n       \

@@ -54,14 +54,14 @@ pub async fn run(lake: &Lake, opts: &ReportOptions) -> Result<ReportSummary> {
     let out = &opts.out;
     std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
     for t in ["pr_quality", "rl_seed"] {
-        if !lake.has_table(t) {
+        if !lake.has_table(t).await? {
             anyhow::bail!("no `{t}` table: run the jobs through seed first (swelake run --all ...)");
         }
     }
     let ctx = lake.session_with(&["seed_rejections"]).await?;
     let mut charts = Vec::new();
     let mut md = String::new();
-    writeln!(md, "# Dataset card: SWE-RL seed from {}\n", lake.root().display())?;
+    writeln!(md, "# Dataset card: SWE-RL seed from {}\n", lake.location())?;
     let totals = counts(
         &ctx,
         "SELECT 'kept', count(*) FROM pr_quality WHERE keep UNION ALL SELECT 'rejected', count(*) FROM pr_quality WHERE NOT keep",

@@ -547,7 +547,7 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
             }
             Ok(JobSummary::skipped(&name, format!("no {flag} given ({why})")))
         };
-        let mut summary = match missing_input(lake, registry, job, &out) {
+        let mut summary = match missing_input(lake, registry, job, &out).await? {
             Some(reason) if !matches!(job.step, Step::Sql(_)) => JobSummary::skipped(&name, reason),
             _ => match &job.step {
                 Step::Sql(step) => {
@@ -607,13 +607,20 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
 
 /// The first required input of `job` that does not exist, with why (the job that writes it
 /// was skipped in this run, when it was).
-fn missing_input(lake: &Lake, registry: &Registry, job: &JobSpec, done: &[JobSummary]) -> Option<String> {
-    let t = job.inputs.iter().find(|t| !job.optional_inputs.contains(t) && !lake.has_table(t) && is_table(t))?;
+async fn missing_input(lake: &Lake, registry: &Registry, job: &JobSpec, done: &[JobSummary]) -> Result<Option<String>> {
+    let mut missing = None;
+    for t in &job.inputs {
+        if !job.optional_inputs.contains(t) && is_table(t) && !lake.has_table(t).await? {
+            missing = Some(t);
+            break;
+        }
+    }
+    let Some(t) = missing else { return Ok(None) };
     let why = registry
         .writer_of(t)
         .and_then(|w| done.iter().find(|s| s.job == w.name))
         .and_then(|s| s.skipped_reason.as_ref().map(|r| format!(" (the {} job was skipped: {r})", s.job)));
-    Some(format!("no `{t}` table yet{}", why.unwrap_or_default()))
+    Ok(Some(format!("no `{t}` table yet{}", why.unwrap_or_default())))
 }
 
 /// Whether an input names a lake table (ingest's `gharchive` names the source).
@@ -625,7 +632,7 @@ fn is_table(name: &str) -> bool {
 pub async fn inputs_fingerprint(lake: &Lake, inputs: &[String], extra: &str) -> Result<String> {
     let mut h = crate::hash::fnv1a(extra.bytes(), crate::hash::OFFSET);
     for name in inputs {
-        if lake.has_table(name) {
+        if lake.has_table(name).await? {
             let t = lake.open_table(name).await?;
             for (_, fp) in sql_job::partition_fingerprints(&t, "__none__")? {
                 h = crate::hash::fnv1a(name.bytes().chain(fp.bytes()), h);

@@ -139,7 +139,7 @@ pub async fn run(
     let input = step.driving_input.as_str();
     let write = &step.write;
     let output = job.outputs.first().context("no output table")?;
-    if !lake.has_table(input) {
+    if !lake.has_table(input).await? {
         summary.skipped_reason = Some(format!("its input table `{input}` does not exist yet"));
         return Ok(summary);
     }
@@ -391,7 +391,7 @@ async fn replace_keys(
     let new_rows: Vec<RecordBatch> = result.collect().await?;
     let rows = new_rows.iter().map(|b| b.num_rows() as u64).sum();
     let mut batches = new_rows;
-    if lake.has_table(output) {
+    if lake.has_table(output).await? {
         ctx.register_table("__touched", ctx.sql(touched_sql).await?.into_view())?;
         let on = write.keys.iter().map(|k| format!("o.{k} = t.{k}")).collect::<Vec<_>>().join(" AND ");
         let cols = target.schema.fields().iter().map(|f| format!("o.{}", f.name())).collect::<Vec<_>>().join(", ");

@@ -82,7 +82,7 @@ pub fn batch(rows: &[BlobRow]) -> RecordBatch {
 
 /// Ids of every blob in the store.
 pub async fn known(lake: &Lake) -> Result<HashSet<String>> {
-    if !lake.has_table(FILE_BLOBS) {
+    if !lake.has_table(FILE_BLOBS).await? {
         return Ok(HashSet::new());
     }
     let ctx = lake.session().await?;

@@ -104,7 +104,7 @@ pub async fn record_all(lake: &Lake, records: &[RunRecord]) -> Result<()> {
 /// For each partition of `job` whose latest attempt succeeded, that attempt.
 pub async fn latest_ok(lake: &Lake, job: &str) -> Result<HashMap<String, RunRecord>> {
     let mut latest: HashMap<String, RunRecord> = HashMap::new();
-    if !lake.has_table(JOB_RUNS) {
+    if !lake.has_table(JOB_RUNS).await? {
         return Ok(latest);
     }
     let table = lake.open_table(JOB_RUNS).await?;

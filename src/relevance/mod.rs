@@ -105,7 +105,7 @@ pub fn chunks(path: &str, content: &str, chars: usize, max: usize) -> Vec<String
 impl EmbeddingCache {
     pub async fn load(lake: &Lake, model: &str) -> Result<EmbeddingCache> {
         let mut c = EmbeddingCache::default();
-        if !lake.has_table(BLOB_EMBEDDINGS) {
+        if !lake.has_table(BLOB_EMBEDDINGS).await? {
             return Ok(c);
         }
         let ctx = lake.session().await?;
@@ -306,7 +306,7 @@ struct Work {
 async fn load_work(lake: &Lake, force: bool) -> Result<(BTreeMap<String, Work>, usize)> {
     // Issue text when the lake has the link and issue tables (filters may run without them).
     let ctx = lake.session_with(&["pr_issue_links", "issues"]).await?;
-    let done: HashSet<(String, i64)> = if lake.has_table(PR_RELEVANT_FILES) && !force {
+    let done: HashSet<(String, i64)> = if lake.has_table(PR_RELEVANT_FILES).await? && !force {
         crate::query::rows(&ctx, &format!("SELECT DISTINCT repo_name, pr_number FROM {PR_RELEVANT_FILES}"))
             .await?
             .into_iter()
@@ -346,7 +346,7 @@ async fn load_work(lake: &Lake, force: bool) -> Result<(BTreeMap<String, Work>, 
 pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummary> {
     let mut summary = RelevanceSummary::default();
     for t in ["pr_quality", "pr_snapshots", "pull_requests", "pr_files"] {
-        if !lake.has_table(t) {
+        if !lake.has_table(t).await? {
             anyhow::bail!("no `{t}` table yet: run the filters and snapshots jobs first");
         }
     }
@@ -457,7 +457,7 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
         if cache.embed_seconds > 0.0 { cache.embedded_texts as f64 / cache.embed_seconds } else { 0.0 };
 
     // Write: old rows of these PRs out, new rows in; new embeddings; contents of new blobs.
-    if opts.force && lake.has_table(PR_RELEVANT_FILES) {
+    if opts.force && lake.has_table(PR_RELEVANT_FILES).await? {
         for (repo, num) in &redo {
             lake.delete_where(
                 PR_RELEVANT_FILES,

@@ -12,7 +12,7 @@
 pub(crate) mod oracle;
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
@@ -249,7 +249,7 @@ async fn load_material(lake: &Lake) -> Result<BTreeMap<(String, i64), Material>>
 
 /// Contents of the needed blobs (UTF-8 text only).
 async fn load_blobs(lake: &Lake, wanted: &[String]) -> Result<HashMap<String, String>> {
-    if wanted.is_empty() || !lake.has_table(crate::lake::blobs::FILE_BLOBS) {
+    if wanted.is_empty() || !lake.has_table(crate::lake::blobs::FILE_BLOBS).await? {
         return Ok(HashMap::new());
     }
     let ctx = lake.session().await?;
@@ -514,44 +514,54 @@ pub fn to_batch(instances: &[Instance]) -> Result<RecordBatch> {
 }
 
 /// Writes the shards of `batch` (deterministic order, `rows_per_shard` rows each) into
-/// `dir`, replacing earlier shards.
-pub fn write_shards(dir: &Path, batch: &RecordBatch, rows_per_shard: usize) -> Result<Vec<PathBuf>> {
-    if dir.exists() {
-        for e in std::fs::read_dir(dir)? {
-            let p = e?.path();
-            if p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("part-")) {
-                std::fs::remove_file(&p)?;
-            }
-        }
-    }
-    std::fs::create_dir_all(dir)?;
-    let mut out = Vec::new();
+/// Writes `batch` as Parquet shards of `rows_per_shard` rows, `part-00000.parquet`, … under
+/// `shards/seed/` of the lake (its directory or its store), and removes older parts beyond the
+/// new ones, so the shard set is always the last run's. Returns where each shard is.
+pub async fn write_shards(lake: &Lake, batch: &RecordBatch, rows_per_shard: usize) -> Result<Vec<String>> {
+    use object_store::ObjectStoreExt;
     let props = parquet::file::properties::WriterProperties::builder()
         .set_compression(parquet::basic::Compression::ZSTD(parquet::basic::ZstdLevel::try_new(3)?))
         .build();
     let per = rows_per_shard.max(1);
+    let mut out = Vec::new();
     let mut start = 0;
-    while start < batch.num_rows() || (start == 0 && batch.num_rows() == 0) {
+    loop {
         let len = per.min(batch.num_rows() - start);
-        let path = dir.join(format!("part-{:05}.parquet", out.len()));
-        let mut w =
-            parquet::arrow::ArrowWriter::try_new(std::fs::File::create(&path)?, batch.schema(), Some(props.clone()))?;
+        let rel = format!("{SHARDS_DIR}/part-{:05}.parquet", out.len());
+        let mut bytes = Vec::new();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut bytes, batch.schema(), Some(props.clone()))?;
         w.write(&batch.slice(start, len))?;
         w.close()?;
-        out.push(path);
+        // A single put replaces a shard whole: a reader sees the old file or the new one.
+        let (store, path) = lake.object(&rel);
+        store.put(&path, bytes.into()).await.with_context(|| format!("writing {rel}"))?;
+        out.push(lake.display_of(&rel));
         start += len;
-        if len == 0 {
+        if start >= batch.num_rows() {
             break;
+        }
+    }
+    // Parts of an earlier, larger shard set.
+    let (store, dir) = lake.object(SHARDS_DIR);
+    let listed: Vec<object_store::ObjectMeta> = futures::TryStreamExt::try_collect(store.list(Some(&dir))).await?;
+    for meta in listed {
+        let name = meta.location.filename().unwrap_or_default().to_string();
+        let n = name.strip_prefix("part-").and_then(|r| r.strip_suffix(".parquet")).and_then(|n| n.parse::<usize>().ok());
+        if n.is_some_and(|n| n >= out.len()) {
+            store.delete(&meta.location).await.with_context(|| format!("removing the stale shard {name}"))?;
         }
     }
     Ok(out)
 }
 
+/// Where the seed shards live, under the lake's root.
+pub const SHARDS_DIR: &str = "shards/seed";
+
 /// Builds the seed dataset: `rl_seed`, the shards and `seed_rejections`.
 pub async fn run(lake: &Lake, opts: &SeedOptions) -> Result<SeedSummary> {
     let cfg = &opts.config;
     for t in ["pr_quality", "pull_requests", "pr_snapshots", "pr_files"] {
-        if !lake.has_table(t) {
+        if !lake.has_table(t).await? {
             anyhow::bail!("no `{t}` table yet: run the filters and snapshots jobs first");
         }
     }
@@ -577,8 +587,7 @@ pub async fn run(lake: &Lake, opts: &SeedOptions) -> Result<SeedSummary> {
         .with_save_mode(deltalake::protocol::SaveMode::Overwrite)
         .await
         .context("writing rl_seed")?;
-    let shards = write_shards(&lake.root().join("shards/seed"), &batch, cfg.rows_per_shard)?;
-    summary.shards = shards.iter().map(|p| p.display().to_string()).collect();
+    summary.shards = write_shards(lake, &batch, cfg.rows_per_shard).await?;
 
     let strs = |f: &dyn Fn(&Rejection) -> &str| -> ArrayRef {
         Arc::new(arrow::array::StringArray::from_iter_values(rejected.iter().map(f)))

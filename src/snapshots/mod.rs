@@ -107,7 +107,7 @@ fn quote(s: &str) -> String {
 /// Snapshots every merged PR in scope that is not snapshotted yet.
 pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary> {
     let mut summary = SnapshotSummary::default();
-    if !lake.has_table("pull_requests") {
+    if !lake.has_table("pull_requests").await? {
         anyhow::bail!("no pull_requests table yet: run the pull_requests job first");
     }
     let ctx = lake.session().await?;
@@ -126,7 +126,7 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
     )
     .await?;
     summary.prs_in_scope = prs.len();
-    let ok: Vec<PrRef> = if lake.has_table(PR_SNAPSHOTS) {
+    let ok: Vec<PrRef> = if lake.has_table(PR_SNAPSHOTS).await? {
         crate::query::rows(
             &ctx,
             &format!(

@@ -248,7 +248,7 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
     assert_eq!(top[0].0, "calc/__init__.py", "{top:?}");
 
     // The shards read back with the parquet crate.
-    let shard = lake.root().join("shards/seed/part-00000.parquet");
+    let shard = lake.local_root().unwrap().join("shards/seed/part-00000.parquet");
     let b = read_parquet(&shard);
     assert_eq!(b.num_rows(), 3);
     for col in [

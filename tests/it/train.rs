@@ -94,7 +94,7 @@ fn sequence_logprob(policy: &Policy, messages: &[Message], completion: &str) -> 
 async fn generate_train_resume_and_eval_from_parquet() {
     let dir = tempfile::tempdir().unwrap();
     let (lake, _) = crate::curation::sample_lake(dir.path(), None).await;
-    let shards = format!("{}/shards/seed/*.parquet", lake.root().display());
+    let shards = format!("{}/shards/seed/*.parquet", lake.local_root().unwrap().display());
     let seed = data::read_seed(&shards, None).unwrap();
     assert_eq!(seed.len(), 3);
     let d = |p: &str| dir.path().join(p).to_string_lossy().into_owned();
@@ -114,7 +114,7 @@ async fn generate_train_resume_and_eval_from_parquet() {
 
     // Rollouts of another engine: text only, no rewards. Per instance the oracle answer
     // (SEARCH/REPLACE built from the patch) and a malformed one.
-    let shard = std::fs::read_dir(lake.root().join("shards/seed")).unwrap().next().unwrap().unwrap().path();
+    let shard = std::fs::read_dir(lake.local_root().unwrap().join("shards/seed")).unwrap().next().unwrap().unwrap().path();
     let patches = oracle_patches(&shard);
     let mut other = Vec::new();
     for inst in &seed {

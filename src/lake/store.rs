@@ -1,0 +1,118 @@
+//! Where a lake's bytes live: a local directory or any store `object_store` speaks (`s3://`,
+//! `gs://`, `az://`, `file://`), with the options that reach it, and the one place that keeps
+//! credentials out of every message.
+//!
+//! Options come from the environment (`AWS_*`, `GOOGLE_*`, `AZURE_*`, as the stores' own
+//! tools read them) and from `--storage-option KEY=VALUE`, which win. The values of secret
+//! options (keys, tokens, passwords) are remembered so that [`redact`] can blank them in logs,
+//! errors and anything recorded in the lake.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Once, RwLock};
+
+use anyhow::{Context, Result};
+use object_store::path::Path as ObjectPath;
+use object_store::ObjectStore;
+use url::Url;
+
+/// The environment variables that configure object stores.
+const ENV_PREFIXES: [&str; 3] = ["AWS_", "GOOGLE_", "AZURE_"];
+
+/// Parts of an option's name that make its value a secret.
+const SECRET_MARKERS: [&str; 7] = ["secret", "token", "password", "account_key", "service_account", "sas", "signature"];
+
+/// The storage options for a lake: the environment's store variables, lower-cased as the
+/// stores accept them, with `given` over them.
+pub fn options(given: &[(String, String)]) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = std::env::vars()
+        .filter(|(k, _)| ENV_PREFIXES.iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v))
+        .collect();
+    for (k, v) in given {
+        out.insert(k.to_ascii_lowercase(), v.clone());
+    }
+    for (k, v) in &out {
+        if is_secret(k) {
+            remember_secret(v);
+        }
+    }
+    out
+}
+
+/// Whether the value of option `key` is a credential.
+pub fn is_secret(key: &str) -> bool {
+    let k = key.to_ascii_lowercase();
+    SECRET_MARKERS.iter().any(|m| k.contains(m))
+}
+
+static SECRETS: RwLock<Vec<String>> = RwLock::new(Vec::new());
+
+/// Remembers a secret value, so that [`redact`] blanks it wherever it would be shown.
+pub fn remember_secret(value: &str) {
+    // Very short values would blank ordinary text; no real credential is that short.
+    if value.len() < 4 {
+        return;
+    }
+    let mut s = SECRETS.write().unwrap_or_else(|e| e.into_inner());
+    if !s.iter().any(|x| x == value) {
+        s.push(value.to_string());
+    }
+}
+
+/// `text` with every remembered secret replaced by `***`.
+pub fn redact(text: &str) -> String {
+    let secrets = SECRETS.read().unwrap_or_else(|e| e.into_inner());
+    let mut out = text.to_string();
+    for s in secrets.iter() {
+        if out.contains(s.as_str()) {
+            out = out.replace(s.as_str(), "***");
+        }
+    }
+    out
+}
+
+/// Registers deltalake's handlers for the cloud stores, once per process.
+pub fn register_handlers() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        deltalake::aws::register_handlers(None);
+        deltalake::gcp::register_handlers(None);
+        deltalake::azure::register_handlers(None);
+    });
+}
+
+/// The store a URL names and the path of the URL inside it.
+pub fn open(url: &Url, options: &BTreeMap<String, String>) -> Result<(Arc<dyn ObjectStore>, ObjectPath)> {
+    let (store, path) = object_store::parse_url_opts(url, options.clone())
+        .with_context(|| format!("opening the store of {}", display_url(url)))?;
+    Ok((Arc::from(store), path))
+}
+
+/// A URL as it may be shown: without user, password or query (where signed URLs keep tokens).
+pub fn display_url(url: &Url) -> String {
+    let mut u = url.clone();
+    let _ = u.set_username("");
+    let _ = u.set_password(None);
+    u.set_query(None);
+    u.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_values_are_blanked_and_others_kept() {
+        let o = options(&[
+            ("AWS_SECRET_ACCESS_KEY".into(), "sentinel-7f3a-secret".into()),
+            ("aws_region".into(), "us-east-1".into()),
+        ]);
+        assert_eq!(o["aws_secret_access_key"], "sentinel-7f3a-secret");
+        let msg = "failed with key sentinel-7f3a-secret in us-east-1";
+        assert_eq!(redact(msg), "failed with key *** in us-east-1");
+        assert!(is_secret("azure_storage_account_key") && is_secret("aws_session_token"));
+        assert!(!is_secret("aws_endpoint") && !is_secret("aws_allow_http"));
+        let u = Url::parse("s3://user:pw@bucket/lake?X-Amz-Signature=abc").unwrap();
+        assert_eq!(display_url(&u), "s3://bucket/lake");
+    }
+}
