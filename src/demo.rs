@@ -73,8 +73,7 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
     // from the sample repositories, which are made by code (see `samples`).
     let repos_dir = root.join("_sample_repos");
     let repos = crate::samples::create_repos(&repos_dir)?;
-    let mirrors =
-        crate::git::Mirrors::new(format!("{}/{{repo}}.git", repos_dir.display()), root.join("_mirrors"));
+    let mirrors = crate::git::Mirrors::new(format!("{}/{{repo}}.git", repos_dir.display()), root.join("_mirrors"));
     let registry = crate::jobs::Registry::load(None, None)?;
     let all: Vec<String> = registry.jobs.keys().cloned().collect();
     let opts = crate::jobs::RunOptions {

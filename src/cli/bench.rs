@@ -99,6 +99,37 @@ impl IngestBenchArgs {
 }
 
 #[derive(Args, Debug)]
+pub(crate) struct LakeBenchArgs {
+    /// Real GH Archive hour files whose events are replicated.
+    #[arg(long, num_args = 1.., default_values = ["tests/data/gharchive/2015-01-01-15.json.gz", "tests/data/gharchive/2025-01-01-15.json.gz"])]
+    seed: Vec<PathBuf>,
+    /// Hours generated and ingested.
+    #[arg(long, default_value_t = 4)]
+    hours: usize,
+    /// Events per generated hour.
+    #[arg(long, default_value_t = 60_000)]
+    events: usize,
+    /// An S3-compatible endpoint (default: a moto_server started on loopback, if installed).
+    #[arg(long)]
+    s3_endpoint: Option<String>,
+    /// Working directory.
+    #[arg(long, default_value = "target/bench-lake")]
+    work: PathBuf,
+}
+
+impl LakeBenchArgs {
+    pub(crate) fn into_options(self) -> crate::bench::LakeBenchOptions {
+        crate::bench::LakeBenchOptions {
+            seed: self.seed,
+            hours: self.hours,
+            events: self.events,
+            s3_endpoint: self.s3_endpoint,
+            work: self.work,
+        }
+    }
+}
+
+#[derive(Args, Debug)]
 pub(crate) struct BlobsBenchArgs {
     /// A bare or normal git repository to read every blob of. Without it, one is made from
     /// the source files under --corpus.

@@ -39,6 +39,11 @@ struct Cli {
     /// More log output (-v debug, -vv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     verbose: u8,
+    /// An object-store option for lakes and sources on s3://, gs://, az:// (repeatable), over
+    /// the AWS_*, GOOGLE_*, AZURE_* environment variables: aws_endpoint=http://127.0.0.1:9000,
+    /// aws_allow_http=true, aws_region=eu-west-1, ... Secret values never appear in output.
+    #[arg(long = "storage-option", global = true, value_name = "KEY=VALUE", value_parser = parse_key_value)]
+    storage_options: Vec<(String, String)>,
     #[command(subcommand)]
     command: Command,
 }
@@ -72,6 +77,24 @@ Examples:
   swelake run pr_timeline --lake lake --since 2025-01-01 --until 2025-01-31
   swelake run snapshots --lake lake --repo-url 'file:///srv/mirrors/{repo}.git' --repos o/a,o/b")]
     Run(RunArgs),
+    /// What state a lake is in: per job its watermark, pending partitions and last run; per
+    /// table its version, files, bytes, small files, last compaction and checkpoint; leases held.
+    #[command(after_help = "\
+Examples:
+  swelake status --lake lake
+  swelake status --lake s3://bucket/lake --json | jq '.jobs[] | select(.last_outcome == \"failed\")'")]
+    Status(StatusArgs),
+    /// Compact small files (keeping each file's key), write checkpoints, and vacuum.
+    #[command(after_help = "\
+Compaction merges small files of the same input key (and unkeyed appends such as _job_runs),
+so reruns still replace exactly their rows. A checkpoint is written for every table, so a
+table with thousands of commits is not replayed from JSON. Vacuum deletes only files that
+left the table longer ago than the retention.
+
+Examples:
+  swelake maintain --lake lake
+  swelake maintain --lake s3://bucket/lake --table events --vacuum-retention 7d")]
+    Maintain(MaintainArgs),
     /// Run a read-only SQL query over every table of a lake.
     #[command(after_help = "\
 Every Delta table in the lake is registered under its directory name, along with the swelake
@@ -102,7 +125,7 @@ Examples:
     Reward(RewardArgs),
     /// Write a dataset card (Markdown + PNG charts) of a lake's seed dataset.
     Report {
-        /// Lake directory.
+        /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
         #[arg(long)]
         lake: String,
         /// Directory for card.md and the charts.
@@ -157,7 +180,7 @@ struct IngestArgs {
     /// Hour files: a directory, a file, a glob, or a URL prefix (s3://, gs://, az://, http(s)://).
     #[arg(long)]
     source: String,
-    /// Lake directory (created if missing).
+    /// Lake: a directory (created if missing) or s3://bucket/prefix, gs://…, az://…, file://…
     #[arg(long)]
     lake: String,
     /// First hour to ingest, YYYY-MM-DD-H (inclusive).
@@ -181,6 +204,10 @@ struct IngestArgs {
     /// Parquet codec of the event files.
     #[arg(long, value_enum, default_value_t = CodecArg::Zstd)]
     compression: CodecArg,
+    /// When another run is ingesting some of these hours, wait up to this long (30s, 10m, 2h)
+    /// instead of exiting with status 75.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    wait_for_lease: Option<std::time::Duration>,
 }
 
 #[derive(Args, Debug)]
@@ -194,7 +221,7 @@ struct RunArgs {
     /// List the jobs and exit.
     #[arg(long)]
     list: bool,
-    /// Lake directory.
+    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
     #[arg(long, required_unless_present = "list")]
     lake: Option<String>,
     /// Only input partitions at or after this value (a date for event partitions).
@@ -231,7 +258,46 @@ struct RunArgs {
     /// Read SQL files from this directory (overrides the built-in sql/).
     #[arg(long)]
     sql_dir: Option<PathBuf>,
-    /// Print the job summaries as JSON.
+    /// Print one JSON line: {"ok", "failed_job", "error", "jobs": [{job, outcome, ...}]}
+    /// (outcome: done, up_to_date, skipped, failed, not_run). The exit status is 0 only when
+    /// every due job succeeded; skipped jobs (no --source, nothing due) are not failures.
+    #[arg(long)]
+    json: bool,
+    /// When another run of a job holds some of its inputs, wait up to this long (30s, 10m, 2h)
+    /// instead of exiting with status 75.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    wait_for_lease: Option<std::time::Duration>,
+}
+
+#[derive(Args, Debug)]
+struct StatusArgs {
+    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
+    #[arg(long)]
+    lake: String,
+    /// Print the status as one JSON object.
+    #[arg(long)]
+    json: bool,
+    /// Read job declarations from this directory (overrides the built-in jobs/).
+    #[arg(long)]
+    jobs_dir: Option<PathBuf>,
+    /// The curation config the jobs run with (what makes filters and seed due).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+struct MaintainArgs {
+    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
+    #[arg(long)]
+    lake: String,
+    /// Only this table.
+    #[arg(long)]
+    table: Option<String>,
+    /// Also delete files that left the table longer ago than this (at least 1h): 7d, 36h.
+    /// Readers of versions younger than it can always finish their scans.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    vacuum_retention: Option<std::time::Duration>,
+    /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -269,7 +335,7 @@ struct EvalRelevanceArgs {
 
 #[derive(Args, Debug)]
 struct SqlArgs {
-    /// Lake directory.
+    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
     #[arg(long)]
     lake: String,
     /// Output format.
@@ -317,6 +383,9 @@ enum BenchCommand {
     Ingest(bench::IngestBenchArgs),
     /// Reward throughput vs python3's difflib on the same cases.
     Reward(bench::RewardBenchArgs),
+    /// Ingest of generated hours into a local lake vs an S3-compatible store (moto on
+    /// loopback), with --jobs 1 vs --jobs 2.
+    Lake(bench::LakeBenchArgs),
     /// Blob extraction (the snapshot job's reads) vs `git cat-file --batch`.
     Blobs(bench::BlobsBenchArgs),
     /// GRPO train-step tokens/s (tiny and SmolLM2-135M shapes) vs the same step in PyTorch.
@@ -378,30 +447,76 @@ fn default_jobs() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+fn parse_key_value(s: &str) -> std::result::Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{:?} is not KEY=VALUE", crate::lake::store::redact(s))),
+    }
+}
+
+/// `30s`, `10m`, `36h`, `7d` (a bare number is seconds).
+fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num.parse().map_err(|_| format!("{s:?} is not a duration like 30s, 10m, 36h or 7d"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        "d" => n * 86400,
+        _ => return Err(format!("{s:?}: the unit must be s, m, h or d")),
+    };
+    Ok(std::time::Duration::from_secs(secs))
+}
+
 fn parse_hour(s: &str) -> std::result::Result<Hour, String> {
     Hour::parse(s).ok_or_else(|| format!("{s:?} is not an hour of the form YYYY-MM-DD-H (e.g. 2025-01-01-15)"))
 }
 
 fn init_logging(quiet: bool, verbose: u8) {
     let default = match (quiet, verbose) {
-        (true, _) => "error",
-        // deltalake's MERGE warns about metrics it derives itself; that is not the user's concern.
-        (false, 0) => "warn,swelake=info,deltalake_core::operations::merge=error",
+        // Lost commit races are retried here: deltalake's error about them is not the user's.
+        (true, _) => "error,deltalake_core::kernel::transaction=off",
+        // deltalake's MERGE warns about metrics it derives itself, and its commit loop about
+        // races this crate retries itself: neither is the user's concern.
+        (false, 0) => {
+            "warn,swelake=info,deltalake_core::operations::merge=error,deltalake_core::kernel::transaction=off"
+        }
         (false, 1) => "info,swelake=debug",
         _ => "debug,swelake=trace",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| default.into());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(|| Redacting(std::io::stderr()))
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
 }
 
+/// stderr with every known secret blanked: a library's debug log may print a request or an
+/// option map.
+struct Redacting<W: Write>(W);
+
+impl<W: Write> Write for Redacting<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(crate::lake::store::redact(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// The exit status of a run that found its inputs held by another run (EX_TEMPFAIL).
+const EXIT_BUSY: u8 = 75;
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Known before anything logs: secrets of the environment and of --storage-option.
+    let _ = crate::lake::store::options(&cli.storage_options);
     init_logging(cli.quiet, cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(r) => r,
@@ -413,14 +528,77 @@ pub fn main() -> ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            if let Some(busy) = e.downcast_ref::<crate::lake::lease::Busy>() {
+                eprintln!("busy: {}", crate::lake::store::redact(&busy.to_string()));
+                return ExitCode::from(EXIT_BUSY);
+            }
+            eprintln!("error: {}", crate::lake::store::redact(&format!("{e:#}")));
             ExitCode::FAILURE
         }
     }
 }
 
+/// Copies of store-held shards or rollouts, for readers that take local globs; the directory
+/// lives as long as the value.
+async fn local_glob(
+    pattern: Option<String>,
+    given: &[(String, String)],
+    keep: &mut Vec<tempfile::TempDir>,
+) -> Result<Option<String>> {
+    let Some(p) = pattern else { return Ok(None) };
+    if !p.contains("://") {
+        return Ok(Some(p));
+    }
+    let dir = tempfile::Builder::new().prefix("swelake-fetch-").tempdir()?;
+    let local = crate::lake::store::fetch_glob(&p, given, dir.path()).await?;
+    keep.push(dir);
+    Ok(Some(local))
+}
+
+/// One line for a scheduler: what each job did, and the error that ended the run.
+fn run_json(lake: &Lake, report: &crate::jobs::RunReport) -> serde_json::Value {
+    let mut jobs: Vec<serde_json::Value> = report
+        .jobs
+        .iter()
+        .map(|s| {
+            let outcome = if s.skipped_reason.is_some() {
+                "skipped"
+            } else if s.partitions.is_empty() {
+                "up_to_date"
+            } else {
+                "done"
+            };
+            serde_json::json!({
+                "job": s.job,
+                "outcome": outcome,
+                "partitions": s.partitions.len(),
+                "rows_out": s.rows_out,
+                "seconds": (s.seconds * 1000.0).round() / 1000.0,
+                "skipped_reason": s.skipped_reason,
+                "notes": s.notes,
+            })
+        })
+        .collect();
+    let error = report.failure.as_ref().map(|e| crate::lake::store::redact(&format!("{e:#}")));
+    if let Some(j) = &report.failed_job {
+        jobs.push(serde_json::json!({"job": j, "outcome": "failed", "error": error}));
+    }
+    for j in &report.not_run {
+        jobs.push(serde_json::json!({"job": j, "outcome": "not_run"}));
+    }
+    serde_json::json!({
+        "ok": report.failure.is_none(),
+        "lake": lake.location(),
+        "failed_job": report.failed_job,
+        "error": error,
+        "jobs": jobs,
+    })
+}
+
 async fn run(cli: Cli) -> Result<ExitCode> {
     let quiet = cli.quiet;
+    let given = cli.storage_options.clone();
+    let open = |location: &str| Lake::open_with(location, &given);
     match cli.command {
         Command::Ingest(a) => {
             if let (Some(f), Some(t)) = (a.from, a.to) {
@@ -428,7 +606,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     bail!("--from {} is after --to {}", f.key(), t.key());
                 }
             }
-            let lake = Lake::open(&a.lake)?;
+            let lake = open(&a.lake)?;
             crate::memory::keep_freed_memory();
             let opts = IngestOptions {
                 source: a.source,
@@ -438,6 +616,8 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 max_line_bytes: a.max_line_bytes,
                 jobs: a.jobs,
                 compression: a.compression.into(),
+                storage_options: given.clone(),
+                lease_wait: a.wait_for_lease,
                 show_progress: !quiet,
                 ..Default::default()
             };
@@ -470,12 +650,18 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            let lake = Lake::open(a.lake.as_deref().expect("clap requires --lake"))?;
+            let lake = open(a.lake.as_deref().expect("clap requires --lake"))?;
             let wanted: Vec<String> = if a.all { registry.jobs.keys().cloned().collect() } else { a.jobs.clone() };
             let opts = crate::jobs::RunOptions {
                 since: a.since,
                 until: a.until,
-                ingest: a.source.map(|source| IngestOptions { source, show_progress: !quiet, ..Default::default() }),
+                ingest: a.source.map(|source| IngestOptions {
+                    source,
+                    storage_options: given.clone(),
+                    lease_wait: a.wait_for_lease,
+                    show_progress: !quiet && !a.json,
+                    ..Default::default()
+                }),
                 git: a.repo_url.map(|url| crate::jobs::GitOptions {
                     mirrors: crate::git::Mirrors::new(url, a.cache_dir.unwrap_or_else(crate::git::default_cache_dir)),
                     repos: (!a.repos.is_empty()).then_some(a.repos),
@@ -485,20 +671,73 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 }),
                 all: a.all,
                 curation: crate::jobs::CurationConfig::load(a.config.as_deref())?,
-                show_progress: !quiet,
+                lease_wait: a.wait_for_lease,
+                show_progress: !quiet && !a.json,
             };
-            let summaries = crate::jobs::run(&lake, &registry, &wanted, &opts).await?;
+            let mut report = crate::jobs::run_report(&lake, &registry, &wanted, &opts).await?;
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&summaries)?);
+                println!("{}", run_json(&lake, &report));
             } else {
-                for s in &summaries {
+                for s in &report.jobs {
                     print!("{}", s.render());
+                }
+            }
+            match report.failure.take() {
+                None => Ok(ExitCode::SUCCESS),
+                Some(e) if a.json => {
+                    if let Some(busy) = e.downcast_ref::<crate::lake::lease::Busy>() {
+                        eprintln!("busy: {}", crate::lake::store::redact(&busy.to_string()));
+                        return Ok(ExitCode::from(EXIT_BUSY));
+                    }
+                    eprintln!("error: {}", crate::lake::store::redact(&format!("{e:#}")));
+                    Ok(ExitCode::FAILURE)
+                }
+                Some(e) => Err(e),
+            }
+        }
+        Command::Status(a) => {
+            let lake = open(&a.lake)?;
+            let registry = crate::jobs::Registry::load(a.jobs_dir.as_deref(), None)?;
+            let opts = crate::jobs::RunOptions {
+                curation: crate::jobs::CurationConfig::load(a.config.as_deref())?,
+                ..Default::default()
+            };
+            let status = crate::jobs::status::status(&lake, &registry, &opts).await?;
+            if a.json {
+                println!("{}", serde_json::to_string(&status)?);
+            } else {
+                print!("{}", status.render());
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Maintain(a) => {
+            let lake = open(&a.lake)?;
+            let opts = crate::lake::maintain::MaintainOptions {
+                table: a.table,
+                vacuum_retention: a.vacuum_retention,
+                ..Default::default()
+            };
+            let done = lake.maintain(&opts).await?;
+            if a.json {
+                println!("{}", serde_json::to_string(&done)?);
+            } else {
+                for m in &done {
+                    println!(
+                        "{:<20} files {:>5} -> {:<5} (compacted {}, skipped groups {}), checkpoint at v{}, vacuumed {}",
+                        m.table,
+                        m.files_before,
+                        m.files_after,
+                        m.files_compacted,
+                        m.groups_skipped,
+                        m.checkpoint_version.unwrap_or(m.version),
+                        m.files_vacuumed
+                    );
                 }
             }
             Ok(ExitCode::SUCCESS)
         }
         Command::Sql(a) => {
-            let lake = Lake::open(&a.lake)?;
+            let lake = open(&a.lake)?;
             let batches = crate::sql::query(&lake, &a.query).await?;
             let stdout = std::io::stdout();
             crate::sql::write(&batches, a.format.into(), BufWriter::new(stdout.lock()))?;
@@ -508,7 +747,9 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let threads = a.threads.unwrap_or_else(default_jobs).max(1);
             let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
             if let (Some(rollouts), Some(out)) = (&a.rollouts, &a.out) {
-                let seed = match &a.seed_shards {
+                let mut keep = Vec::new();
+                let shards = local_glob(a.seed_shards.clone(), &given, &mut keep).await?;
+                let seed = match &shards {
                     Some(glob) => Some(crate::train::data::seed_lookup(glob)?),
                     None => None,
                 };
@@ -547,7 +788,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Report { lake, out } => {
-            let lake = Lake::open(&lake)?;
+            let lake = open(&lake)?;
             let s = crate::report::run(&lake, &crate::report::ReportOptions { out }).await?;
             println!("wrote {}", s.card.display());
             Ok(ExitCode::SUCCESS)
@@ -565,7 +806,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref())
                     }
                     (None, Some(lake)) => {
-                        let lake = Lake::open(lake)?;
+                        let lake = open(lake)?;
                         let name = a.repo_name.clone().expect("clap requires --repo-name");
                         let mirrors = crate::git::Mirrors::new(
                             a.repo_url.clone().expect("clap requires --repo-url"),
@@ -587,17 +828,25 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Train(a) => {
-            let opts = a.into_options();
+            let mut keep = Vec::new();
+            let mut opts = a.into_options();
+            opts.rollouts = local_glob(opts.rollouts.take(), &given, &mut keep).await?;
+            opts.seed_shards = local_glob(opts.seed_shards.take(), &given, &mut keep).await?;
             tokio::task::block_in_place(|| crate::train::run::train(&opts))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Generate(a) => {
-            let opts = a.into_options();
+            let mut keep = Vec::new();
+            let mut opts = a.into_options();
+            opts.seed_shards = local_glob(Some(opts.seed_shards), &given, &mut keep).await?.unwrap_or_default();
             tokio::task::block_in_place(|| crate::train::run::generate(&opts))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Eval(a) => {
-            let opts = a.into_options();
+            let mut keep = Vec::new();
+            let mut opts = a.into_options();
+            opts.seed_shards = local_glob(Some(opts.seed_shards), &given, &mut keep).await?.unwrap_or_default();
+            opts.rollouts = local_glob(opts.rollouts.take(), &given, &mut keep).await?;
             tokio::task::block_in_place(|| crate::train::run::eval(&opts))?;
             Ok(ExitCode::SUCCESS)
         }
@@ -622,6 +871,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::BenchFloor { path, zstd_pages } => {
             let (lines, packed) = crate::bench::gunzip_pages(&path, zstd_pages)?;
             println!("{lines} {packed}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Lake(a)) => {
+            let opts = a.into_options();
+            tokio::task::block_in_place(|| crate::bench::lake(&opts))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Blobs(a)) => {

@@ -63,6 +63,9 @@ pub struct IngestOptions {
     pub compression: crate::lake::Codec,
     /// Object-store options for URL sources; empty means "from the environment".
     pub storage_options: Vec<(String, String)>,
+    /// How long to wait for hours another run is ingesting (`None`: fail at once with
+    /// [`crate::lake::lease::Busy`]).
+    pub lease_wait: Option<std::time::Duration>,
     pub show_progress: bool,
 }
 
@@ -79,6 +82,7 @@ impl Default for IngestOptions {
             batch_rows: 8192,
             compression: crate::lake::Codec::Zstd,
             storage_options: Vec::new(),
+            lease_wait: None,
             show_progress: true,
         }
     }
@@ -186,6 +190,35 @@ pub async fn run(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> {
 
     let mut summary = IngestSummary::default();
     let mut todo = Vec::new();
+    let candidates: Vec<String> = sources.iter().map(|s| s.key.clone()).collect();
+    // Hours another run is ingesting are not ours to redo: hold a lease on each hour (not yet
+    // done) for the whole run, then look again at what is done — a run this one waited for
+    // may have finished some of them.
+    let pending: Vec<String> = candidates.iter().filter(|k| opts.force || !done.contains_key(*k)).cloned().collect();
+    let held = lake.acquire_leases("ingest", &pending, opts.lease_wait).await?;
+    let done: HashMap<String, RunRecord> =
+        if opts.force || pending.is_empty() { done } else { runs::latest_ok(lake, "ingest").await? };
+    let result =
+        ingest_sources(lake, opts, sources, &done, &mut summary, &mut todo, &mut events_table, &mut rejected_table)
+            .await;
+    held.release().await?;
+    result?;
+    summary.files.sort_by(|a, b| a.key.cmp(&b.key));
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn ingest_sources(
+    lake: &Lake,
+    opts: &IngestOptions,
+    sources: Vec<SourceFile>,
+    done: &HashMap<String, RunRecord>,
+    summary: &mut IngestSummary,
+    todo: &mut Vec<SourceFile>,
+    events_table: &mut deltalake::DeltaTable,
+    rejected_table: &mut deltalake::DeltaTable,
+) -> Result<()> {
     for s in sources {
         let already = done.get(&s.key).is_some_and(|r| {
             let recorded = r.detail.get("size").and_then(|v| v.as_u64());
@@ -208,7 +241,7 @@ pub async fn run(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> {
     let overall = mp.add(progress::count_bar(todo.len() as u64, "files"));
     let download_dir = tempfile::tempdir().context("creating a download directory")?;
     let jobs = opts.jobs.max(1);
-    let mut stream = futures::stream::iter(todo.into_iter().map(|s| {
+    let mut stream = futures::stream::iter(std::mem::take(todo).into_iter().map(|s| {
         let lake = lake.clone();
         let opts = opts.clone();
         let mp = mp.clone();
@@ -265,9 +298,8 @@ pub async fn run(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> {
             ("swelake.job".to_string(), json!("ingest")),
             ("swelake.source_key".to_string(), json!(s.key)),
         ]);
-        file.events_version =
-            lake.replace_key(&mut events_table, &s.key, events, predicate.clone(), meta.clone()).await?;
-        lake.replace_key(&mut rejected_table, &s.key, rejected, predicate, meta).await?;
+        file.events_version = lake.replace_key(events_table, &s.key, events, predicate.clone(), meta.clone()).await?;
+        lake.replace_key(rejected_table, &s.key, rejected, predicate, meta).await?;
         let detail = json!({
             "source": s.location.to_string(),
             "size": s.size,
@@ -302,9 +334,7 @@ pub async fn run(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> {
         overall.inc(1);
     }
     overall.finish_and_clear();
-    summary.files.sort_by(|a, b| a.key.cmp(&b.key));
-    summary.seconds = started.elapsed().as_secs_f64();
-    Ok(summary)
+    Ok(())
 }
 
 /// Event ids seen in one file. GitHub's ids are decimal numbers, kept as u64 (no allocation

@@ -18,8 +18,9 @@
 //! [`JobSummary`].
 
 pub mod sql_job;
+pub mod status;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
@@ -411,6 +412,9 @@ pub struct RunOptions {
     pub all: bool,
     /// Curation settings (filters, relevance, seed).
     pub curation: CurationConfig,
+    /// How long to wait for inputs another run of the same job holds (`None`: fail at once
+    /// with [`crate::lake::lease::Busy`]).
+    pub lease_wait: Option<std::time::Duration>,
     pub show_progress: bool,
 }
 
@@ -533,21 +537,83 @@ impl From<crate::seed::SeedSummary> for JobSummary {
     }
 }
 
-/// Runs `wanted` jobs (and their dependencies) in order.
+/// Runs `wanted` jobs (and their dependencies) in order; the first job that fails ends the
+/// run with its error.
 pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &RunOptions) -> Result<Vec<JobSummary>> {
+    let report = run_report(lake, registry, wanted, opts).await?;
+    match report.failure {
+        Some(e) => Err(e),
+        None => Ok(report.jobs),
+    }
+}
+
+/// What a run did: the summaries of the jobs that ran or were skipped, and the error of the
+/// job that failed (the run stops there).
+#[derive(Debug)]
+pub struct RunReport {
+    pub jobs: Vec<JobSummary>,
+    /// The failed job's name and error.
+    pub failed_job: Option<String>,
+    pub failure: Option<anyhow::Error>,
+    /// Jobs that were due but did not run because an earlier one failed.
+    pub not_run: Vec<String>,
+}
+
+/// [`run`], keeping the summaries of the jobs done before a failure: what a scheduler reports.
+/// Only an invalid request (an unknown job) is an `Err`.
+pub async fn run_report(lake: &Lake, registry: &Registry, wanted: &[String], opts: &RunOptions) -> Result<RunReport> {
     let order = registry.order(wanted)?;
     let mut out: Vec<JobSummary> = Vec::new();
     let explicitly: BTreeSet<&String> = if opts.all { BTreeSet::new() } else { wanted.iter().collect() };
-    for name in order {
-        let job = &registry.jobs[&name];
+    for (i, name) in order.iter().enumerate() {
+        let job = &registry.jobs[name];
         let started = std::time::Instant::now();
+        match run_one(lake, registry, job, opts, &explicitly, &out).await {
+            Ok(mut summary) => {
+                summary.job = name.clone();
+                summary.seconds = started.elapsed().as_secs_f64();
+                tracing::info!(job = %name, partitions = summary.partitions.len(), rows = summary.rows_out, "job done");
+                out.push(summary);
+            }
+            Err(e) => {
+                let message = crate::lake::store::redact(&format!("{e:#}"));
+                if e.downcast_ref::<crate::lake::lease::Busy>().is_none() {
+                    let mut rec = RunRecord::ok(name, "__run", 0, 0, 0, None, serde_json::json!({"error": message}))
+                        .timed(started.elapsed().as_secs_f64());
+                    rec.status = "failed".to_string();
+                    if let Err(re) = runs::record(lake, rec).await {
+                        tracing::warn!(job = %name, error = %format!("{re:#}"), "could not record the failure");
+                    }
+                }
+                return Ok(RunReport {
+                    jobs: out,
+                    failed_job: Some(name.clone()),
+                    failure: Some(e),
+                    not_run: order[i + 1..].to_vec(),
+                });
+            }
+        }
+    }
+    Ok(RunReport { jobs: out, failed_job: None, failure: None, not_run: Vec::new() })
+}
+
+async fn run_one(
+    lake: &Lake,
+    registry: &Registry,
+    job: &JobSpec,
+    opts: &RunOptions,
+    explicitly: &BTreeSet<&String>,
+    out: &[JobSummary],
+) -> Result<JobSummary> {
+    let name = job.name.clone();
+    {
         let needs = |flag: &str, why: &str| -> Result<JobSummary> {
             if explicitly.contains(&name) {
                 bail!("the {name} job needs {flag} ({why})");
             }
             Ok(JobSummary::skipped(&name, format!("no {flag} given ({why})")))
         };
-        let mut summary = match missing_input(lake, registry, job, &out).await? {
+        let summary = match missing_input(lake, registry, job, out).await? {
             Some(reason) if !matches!(job.step, Step::Sql(_)) => JobSummary::skipped(&name, reason),
             _ => match &job.step {
                 Step::Sql(step) => {
@@ -573,7 +639,9 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
                             force: g.force,
                             show_progress: opts.show_progress,
                         };
-                        JobSummary::from(crate::snapshots::run(lake, &so).await?)
+                        let keys = g.repos.clone().unwrap_or_else(|| vec!["__all__".to_string()]);
+                        let work = crate::snapshots::run(lake, &so);
+                        JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
                     }
                     None => needs("--repo-url", "where the git repositories are")?,
                 },
@@ -586,7 +654,9 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
                             threads: g.threads,
                             show_progress: opts.show_progress,
                         };
-                        JobSummary::from(crate::relevance::run(lake, &ro).await?)
+                        let keys = g.repos.clone().unwrap_or_else(|| vec!["__all__".to_string()]);
+                        let work = crate::relevance::run(lake, &ro);
+                        JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
                     }
                     None => needs("--repo-url", "where the git repositories are")?,
                 },
@@ -597,12 +667,8 @@ pub async fn run(lake: &Lake, registry: &Registry, wanted: &[String], opts: &Run
                 }
             },
         };
-        summary.job = name.clone();
-        summary.seconds = started.elapsed().as_secs_f64();
-        tracing::info!(job = %name, partitions = summary.partitions.len(), rows = summary.rows_out, "job done");
-        out.push(summary);
+        Ok(summary)
     }
-    Ok(out)
 }
 
 /// The first required input of `job` that does not exist, with why (the job that writes it
@@ -658,10 +724,30 @@ where
 {
     const ALL: &str = "__all__";
     let fingerprint = whole_fingerprint(lake, job, opts).await?;
-    let done = runs::latest_ok(lake, &job.name).await?;
-    if done.get(ALL).and_then(|r| r.detail.get("fingerprint")).and_then(|v| v.as_str()) == Some(fingerprint.as_str()) {
+    let is_done = |done: &HashMap<String, RunRecord>| {
+        done.get(ALL).and_then(|r| r.detail.get("fingerprint")).and_then(|v| v.as_str()) == Some(fingerprint.as_str())
+    };
+    if is_done(&runs::latest_ok(lake, &job.name).await?) {
         return Ok(JobSummary::named(&job.name));
     }
+    let held = lake.acquire_leases(&job.name, &[ALL.to_string()], opts.lease_wait).await?;
+    let result = async {
+        if is_done(&runs::latest_ok(lake, &job.name).await?) {
+            return Ok(JobSummary::named(&job.name));
+        }
+        whole_held(lake, job, fingerprint.clone(), step).await
+    }
+    .await;
+    held.release().await?;
+    result
+}
+
+async fn whole_held<F, Fut>(lake: &Lake, job: &JobSpec, fingerprint: String, step: F) -> Result<JobSummary>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<JobSummary>>,
+{
+    const ALL: &str = "__all__";
     let mut s = step().await?;
     let detail = serde_json::json!({"fingerprint": fingerprint, "files": s.files});
     let rejected = s.notes.iter().filter(|(k, _)| k.starts_with("rejected:")).map(|(_, v)| *v as u64).sum();

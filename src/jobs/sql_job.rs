@@ -137,8 +137,6 @@ pub async fn run(
 ) -> Result<JobSummary> {
     let mut summary = JobSummary { job: job.name.clone(), ..Default::default() };
     let input = step.driving_input.as_str();
-    let write = &step.write;
-    let output = job.outputs.first().context("no output table")?;
     if !lake.has_table(input).await? {
         summary.skipped_reason = Some(format!("its input table `{input}` does not exist yet"));
         return Ok(summary);
@@ -180,6 +178,45 @@ pub async fn run(
     if todo.is_empty() && !due_anyway {
         return Ok(summary);
     }
+    // Another run of this job may be on the same partitions: hold them, then look again at
+    // what is done (the run this one waited for may have done some).
+    let keys = if todo.is_empty() { vec!["__also_due".to_string()] } else { summary.partitions.clone() };
+    let held = lake.acquire_leases(&job.name, &keys, opts.lease_wait).await?;
+    let result = async {
+        let done = runs::latest_ok(lake, &job.name).await?;
+        let todo: Vec<(String, String)> = todo
+            .into_iter()
+            .filter(|(p, fp)| {
+                done.get(p).and_then(|r| r.detail.get("fingerprint")).and_then(|v| v.as_str()) != Some(fp)
+            })
+            .collect();
+        summary.partitions = todo.iter().map(|(p, _)| p.clone()).collect();
+        if todo.is_empty() && !due_anyway {
+            return Ok(summary);
+        }
+        run_held(lake, registry, job, step, &ctx, &input_table, todo, due_anyway, summary).await
+    }
+    .await;
+    held.release().await?;
+    result
+}
+
+/// The rest of [`run`], with the leases of `todo` held.
+#[allow(clippy::too_many_arguments)]
+async fn run_held(
+    lake: &Lake,
+    registry: &Registry,
+    job: &JobSpec,
+    step: &SqlStep,
+    ctx: &SessionContext,
+    input_table: &deltalake::DeltaTable,
+    todo: Vec<(String, String)>,
+    due_anyway: bool,
+    mut summary: JobSummary,
+) -> Result<JobSummary> {
+    let input = step.driving_input.as_str();
+    let write = &step.write;
+    let output = job.outputs.first().context("no output table")?;
     let filter = match &job.partitioning {
         Partitioning::Whole => "true".to_string(),
         Partitioning::Column(_) if summary.partitions.is_empty() => "false".to_string(),
@@ -206,8 +243,8 @@ pub async fn run(
             }
             Partitioning::Whole => bail!("write mode replace_partitions needs a partition_key column"),
         },
-        WriteMode::Upsert => upsert(lake, &ctx, output, result, &target, write).await?,
-        WriteMode::ReplaceKeys => replace_keys(lake, &ctx, output, result, &target, write).await?,
+        WriteMode::Upsert => upsert(lake, ctx, output, result, &target, write).await?,
+        WriteMode::ReplaceKeys => replace_keys(lake, ctx, output, result, &target, write).await?,
         WriteMode::Overwrite => overwrite(lake, output, result, &target).await?,
     };
     summary.rows_out = rows;
@@ -319,11 +356,13 @@ async fn overwrite(lake: &Lake, output: &str, result: DataFrame, target: &Target
 async fn rewrite(lake: &Lake, output: &str, target: &Target, batches: Vec<RecordBatch>) -> Result<Option<i64>> {
     let batches: Vec<RecordBatch> = batches.iter().map(|b| target.conform(b)).collect::<Result<_>>()?;
     let table = lake.ensure_table(output, &target.schema, &[]).await?;
+    crate::lake::failpoint(&format!("commit.before:{output}"));
     let table = table
         .write(batches)
         .with_save_mode(SaveMode::Overwrite)
         .await
         .with_context(|| format!("rewriting `{output}`"))?;
+    crate::lake::failpoint(&format!("commit.after:{output}"));
     Ok(table.version().map(|v| v as i64))
 }
 

@@ -109,7 +109,8 @@ pub(crate) async fn replace_keys(
         // No retries inside deltalake: a lost race comes back here, where the actions are
         // rebuilt over the new version (deltalake would retry the same removes).
         let props = CommitProperties::default().with_metadata(app_metadata.clone()).with_max_retries(0);
-        let result = CommitBuilder::from(props).with_actions(actions).build(Some(snapshot), table.log_store(), op).await;
+        let result =
+            CommitBuilder::from(props).with_actions(actions).build(Some(snapshot), table.log_store(), op).await;
         match result {
             Ok(commit) => {
                 let version = commit.version as i64;

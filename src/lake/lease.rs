@@ -26,10 +26,7 @@ use super::Lake;
 pub const DEFAULT_TTL: Duration = Duration::from_secs(600);
 
 fn ttl() -> Duration {
-    std::env::var("SWELAKE_LEASE_TTL_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .map_or(DEFAULT_TTL, Duration::from_secs)
+    std::env::var("SWELAKE_LEASE_TTL_SECS").ok().and_then(|s| s.parse().ok()).map_or(DEFAULT_TTL, Duration::from_secs)
 }
 
 /// One entry of a key's lease history.
@@ -120,7 +117,8 @@ async fn latest(store: &dyn ObjectStore, dir: &ObjectPath) -> Result<Option<(u64
     let mut listing = store.list(Some(dir));
     while let Some(meta) = listing.next().await {
         let meta = meta?;
-        let Some(n) = meta.location.filename().and_then(|f| f.strip_suffix(".json")).and_then(|n| n.parse::<u64>().ok())
+        let Some(n) =
+            meta.location.filename().and_then(|f| f.strip_suffix(".json")).and_then(|n| n.parse::<u64>().ok())
         else {
             continue;
         };
@@ -158,7 +156,8 @@ impl Lake {
     /// order, and all that were taken are given back when one is held, so two runs never hold
     /// parts of each other's inputs while waiting.
     pub async fn acquire_leases(&self, job: &str, keys: &[String], wait: Option<Duration>) -> Result<Held> {
-        let holder = format!("{}:{}:{}", hostname(), std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
+        let holder =
+            format!("{}:{}:{}", hostname(), std::process::id(), &uuid::Uuid::new_v4().simple().to_string()[..8]);
         let mut keys: Vec<String> = keys.to_vec();
         keys.sort();
         keys.dedup();
@@ -178,6 +177,7 @@ impl Lake {
             let Some(b) = busy else {
                 let mut held = Held { lake: self.clone(), job: job.to_string(), holder, keys: taken, renewer: None };
                 held.start_renewing();
+                super::failpoint(&format!("lease.acquired:{job}"));
                 return Ok(held);
             };
             for key in &taken {
@@ -188,6 +188,18 @@ impl Lake {
                 _ => return Err(anyhow::Error::new(b)),
             }
         }
+    }
+
+    /// Runs `work` holding the leases of `keys` of `job`, and gives them back after it, whether
+    /// it succeeded or not.
+    pub async fn with_leases<T, F>(&self, job: &str, keys: &[String], wait: Option<Duration>, work: F) -> Result<T>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
+        let held = self.acquire_leases(job, keys, wait).await?;
+        let result = work.await;
+        held.release().await?;
+        result
     }
 
     /// Takes one key; `Some` when another run holds it.

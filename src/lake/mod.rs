@@ -22,6 +22,7 @@
 pub mod blobs;
 pub mod commit;
 pub mod lease;
+pub mod maintain;
 pub mod runs;
 pub mod store;
 pub mod writer;
@@ -90,7 +91,8 @@ impl Lake {
             url.set_path(&format!("{}/", url.path()));
         }
         let (store, prefix) = store::open(&url, &options)?;
-        let staging = tempfile::Builder::new().prefix("swelake-staging-").tempdir().context("creating a staging directory")?;
+        let staging =
+            tempfile::Builder::new().prefix("swelake-staging-").tempdir().context("creating a staging directory")?;
         Ok(Lake { url, store, prefix, options, local: None, staging: Some(Arc::new(staging)) })
     }
 
@@ -221,6 +223,9 @@ impl Lake {
             .with_table_name(name)
             .with_columns(kernel.fields().cloned())
             .with_partition_columns(partition_by.iter().map(|s| s.to_string()))
+            // Without retries: deltalake would commit a second CREATE over one that won the
+            // race, and that protocol change fails every writer's commit in flight.
+            .with_commit_properties(deltalake::kernel::transaction::CommitProperties::default().with_max_retries(0))
             .await;
         match created {
             Ok(t) => Ok(t),
@@ -250,6 +255,7 @@ impl Lake {
     /// Uploads the staged files of an object-store lake into table `name` (a no-op for files
     /// already in place).
     pub(crate) async fn upload(&self, name: &str, files: &mut [StagedFile]) -> Result<()> {
+        failpoint(&format!("upload.before:{name}"));
         for f in files.iter_mut() {
             let Some(local) = f.local.take() else { continue };
             let (store, path) = self.object(&format!("{name}/{}", f.rel_path));
@@ -259,6 +265,7 @@ impl Lake {
                 .with_context(|| format!("uploading {name}/{}", f.rel_path))?;
             let _ = std::fs::remove_file(&local);
         }
+        failpoint(&format!("upload.after:{name}"));
         Ok(())
     }
 
@@ -285,8 +292,12 @@ impl Lake {
         predicate: String,
         app_metadata: HashMap<String, Value>,
     ) -> Result<Option<i64>> {
-        self.upload(&table_name_of(table), &mut files).await?;
-        commit::replace_keys(table, keys, files, predicate, app_metadata).await
+        let name = table_name_of(table);
+        self.upload(&name, &mut files).await?;
+        failpoint(&format!("commit.before:{name}"));
+        let v = commit::replace_keys(table, keys, files, predicate, app_metadata).await?;
+        failpoint(&format!("commit.after:{name}"));
+        Ok(v)
     }
 
     /// Delta MERGE of `source` into table `name` (created with `schema` if missing) on the
@@ -308,6 +319,7 @@ impl Lake {
         let on = keys.iter().map(|k| format!("target.{k} = source.{k}")).collect::<Vec<_>>().join(" AND ");
         let newer = newer_by.map(str::to_string);
         let (cols_u, cols_i) = (cols.clone(), cols);
+        failpoint(&format!("commit.before:{name}"));
         let (table, _metrics) = table
             .merge(source, on)
             .with_source_alias("source")
@@ -329,6 +341,7 @@ impl Lake {
             })?
             .await
             .with_context(|| format!("merging into `{name}`"))?;
+        failpoint(&format!("commit.after:{name}"));
         Ok(table.version().map(|v| v as i64))
     }
 
@@ -351,7 +364,11 @@ impl Lake {
         if batches.iter().all(|b| b.num_rows() == 0) {
             return Ok(table);
         }
-        table.write(batches).with_save_mode(SaveMode::Append).await.context("appending to table")
+        let name = table_name_of(&table);
+        failpoint(&format!("commit.before:{name}"));
+        let t = table.write(batches).with_save_mode(SaveMode::Append).await.context("appending to table")?;
+        failpoint(&format!("commit.after:{name}"));
+        Ok(t)
     }
 
     /// A DataFusion session with every table of the lake registered under its name. It has
@@ -407,9 +424,48 @@ impl Lake {
     }
 }
 
+/// A named point where a test can make the process die, as a crash would: `SWELAKE_FAILPOINT`
+/// = `NAME` (or `NAME#N`, at the N-th time it is reached) aborts the process there, with no
+/// cleanup. The names: `upload.before:TABLE`, `upload.after:TABLE`, `commit.before:TABLE`,
+/// `commit.after:TABLE`, `shards.after`. With `NAME=pause`, the process sleeps 3 s there
+/// instead (for tests of two runs at once).
+pub fn failpoint(name: &str) {
+    static HITS: std::sync::Mutex<BTreeMap<String, u32>> = std::sync::Mutex::new(BTreeMap::new());
+    let Ok(spec) = std::env::var("SWELAKE_FAILPOINT") else { return };
+    for one in spec.split(',') {
+        let (one, pause) = match one.strip_suffix("=pause") {
+            Some(p) => (p, true),
+            None => (one, false),
+        };
+        let (point, nth) = match one.split_once('#') {
+            Some((p, n)) => (p, n.parse().unwrap_or(1)),
+            None => (one, 1),
+        };
+        if point != name {
+            continue;
+        }
+        let mut hits = HITS.lock().unwrap_or_else(|e| e.into_inner());
+        let n = hits.entry(name.to_string()).or_default();
+        *n += 1;
+        if *n == nth {
+            if pause {
+                std::thread::sleep(std::time::Duration::from_secs(3));
+            } else {
+                eprintln!("failpoint {name}: aborting");
+                std::process::abort();
+            }
+        }
+    }
+}
+
 /// The table's directory name, from its URL.
 fn table_name_of(table: &DeltaTable) -> String {
-    table.table_url().path_segments().and_then(|s| s.filter(|p| !p.is_empty()).next_back()).unwrap_or_default().to_string()
+    table
+        .table_url()
+        .path_segments()
+        .and_then(|s| s.filter(|p| !p.is_empty()).next_back())
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Copies a local file into the store, in parts for large files.

@@ -81,7 +81,8 @@ fn to_batch(records: &[RunRecord]) -> Result<RecordBatch> {
             i(&|r| r.rows_out as i64),
             i(&|r| r.rows_rejected as i64),
             Arc::new(Int64Array::from_iter(records.iter().map(|r| r.output_version))),
-            s(&|r| r.detail.to_string()),
+            // Error texts may quote a URL or a store's message: no credential is ever recorded.
+            s(&|r| crate::lake::store::redact(&r.detail.to_string())),
             s(&|_| env!("CARGO_PKG_VERSION").to_string()),
         ],
     )?)
@@ -104,8 +105,21 @@ pub async fn record_all(lake: &Lake, records: &[RunRecord]) -> Result<()> {
 /// For each partition of `job` whose latest attempt succeeded, that attempt.
 pub async fn latest_ok(lake: &Lake, job: &str) -> Result<HashMap<String, RunRecord>> {
     let mut latest: HashMap<String, RunRecord> = HashMap::new();
+    for rec in history(lake, Some(job)).await? {
+        // Ordered by time: a later failure cancels an earlier success.
+        if rec.status == "ok" {
+            latest.insert(rec.partition_key.clone(), rec);
+        } else {
+            latest.remove(&rec.partition_key);
+        }
+    }
+    Ok(latest)
+}
+
+/// Every attempt of `job` (of all jobs when `None`), oldest first.
+pub async fn history(lake: &Lake, job: Option<&str>) -> Result<Vec<RunRecord>> {
     if !lake.has_table(JOB_RUNS).await? {
-        return Ok(latest);
+        return Ok(Vec::new());
     }
     let table = lake.open_table(JOB_RUNS).await?;
     let ctx = datafusion::prelude::SessionContext::new();
@@ -124,16 +138,17 @@ pub async fn latest_ok(lake: &Lake, job: &str) -> Result<HashMap<String, RunReco
         output_version: Option<i64>,
         detail: String,
     }
+    let filter = job.map_or_else(|| "true".to_string(), |j| format!("job = '{}'", j.replace('\'', "''")));
     let sql = format!(
         "SELECT job, partition_key, status, started_at, finished_at, rows_in, rows_out, rows_rejected, \
-         output_version, detail FROM {JOB_RUNS} WHERE job = '{}' ORDER BY finished_at",
-        job.replace('\'', "''")
+         output_version, detail FROM {JOB_RUNS} WHERE {filter} ORDER BY finished_at"
     );
+    let mut out = Vec::new();
     for r in crate::query::rows::<Row>(&ctx, &sql).await? {
         let detail = serde_json::from_str(&r.detail).map_err(|e| {
             anyhow::anyhow!("{JOB_RUNS}: the detail of job {} partition {} is not JSON: {e}", r.job, r.partition_key)
         })?;
-        let rec = RunRecord {
+        out.push(RunRecord {
             job: r.job,
             partition_key: r.partition_key,
             status: r.status,
@@ -144,13 +159,7 @@ pub async fn latest_ok(lake: &Lake, job: &str) -> Result<HashMap<String, RunReco
             rows_rejected: r.rows_rejected,
             output_version: r.output_version,
             detail,
-        };
-        // Ordered by time: a later failure cancels an earlier success.
-        if rec.status == "ok" {
-            latest.insert(rec.partition_key.clone(), rec);
-        } else {
-            latest.remove(&rec.partition_key);
-        }
+        });
     }
-    Ok(latest)
+    Ok(out)
 }

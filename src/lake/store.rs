@@ -97,6 +97,54 @@ pub fn display_url(url: &Url) -> String {
     u.to_string()
 }
 
+/// Downloads the objects a store glob names (`s3://bucket/lake/shards/seed/*.parquet`) into
+/// `dir`, keeping their file names, and returns the glob of the copies: how readers that take
+/// local paths (the trainer, the reward scorer) read shards and rollouts from a store. A plain
+/// path is returned as it is.
+pub async fn fetch_glob(pattern: &str, given: &[(String, String)], dir: &std::path::Path) -> Result<String> {
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    if !pattern.contains("://") || pattern.starts_with("file://") {
+        return Ok(pattern.strip_prefix("file://").unwrap_or(pattern).to_string());
+    }
+    register_handlers();
+    let wild = pattern.find(['*', '?', '[']).unwrap_or(pattern.len());
+    let base_end = pattern[..wild].rfind('/').map_or(0, |i| i + 1);
+    let (base, name_glob) = pattern.split_at(base_end);
+    if name_glob.contains('/') {
+        anyhow::bail!("{pattern}: only the file name may hold wildcards in a store URL");
+    }
+    let url = Url::parse(base).with_context(|| format!("{base:?} is not a URL"))?;
+    let opts = options(given);
+    let (store, prefix) = open(&url, &opts)?;
+    let matcher = glob::Pattern::new(if name_glob.is_empty() { "*" } else { name_glob })
+        .with_context(|| format!("{name_glob:?} is not a glob"))?;
+    let listed: Vec<object_store::ObjectMeta> = store
+        .list_with_delimiter(Some(&prefix))
+        .await
+        .with_context(|| format!("listing {}", display_url(&url)))?
+        .objects;
+    std::fs::create_dir_all(dir)?;
+    let mut n = 0;
+    for meta in listed {
+        let Some(name) = meta.location.filename().map(str::to_string) else { continue };
+        if !matcher.matches(&name) {
+            continue;
+        }
+        let mut out = tokio::fs::File::create(dir.join(&name)).await?;
+        let mut body = store.get(&meta.location).await?.into_stream();
+        while let Some(chunk) = body.try_next().await? {
+            tokio::io::AsyncWriteExt::write_all(&mut out, &chunk).await?;
+        }
+        n += 1;
+    }
+    if n == 0 {
+        anyhow::bail!("no object matches {}", display_url(&url).trim_end_matches('/').to_string() + "/" + name_glob);
+    }
+    tracing::info!(files = n, from = %display_url(&url), "fetched from the store");
+    Ok(format!("{}/{}", dir.display(), if name_glob.is_empty() { "*" } else { name_glob }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

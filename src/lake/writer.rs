@@ -274,7 +274,6 @@ impl TableWriter {
     }
 }
 
-
 /// Per-column `minValues`, `maxValues` and `nullCount` of one file, as Delta records them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ColumnStats {

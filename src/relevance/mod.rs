@@ -466,16 +466,18 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
             .await?;
         }
     }
-    if !rows.is_empty() {
-        let batch = relevant_files_batch(&rows)?;
-        let t = lake.ensure_contract_table(PR_RELEVANT_FILES).await?;
-        lake.append(t, vec![batch]).await?;
-    }
+    // The cache and the blobs first, the PRs' rows last: a PR with rows is done, so a run that
+    // stops before them redoes the PRs (from the cache) and loses nothing.
     if let Some(b) = cache.take_new_batch(encoder::MODEL_NAME)? {
         let t = lake.ensure_contract_table(BLOB_EMBEDDINGS).await?;
         lake.append(t, vec![b]).await?;
     }
     blobs::insert_absent(lake, blobs).await?;
+    if !rows.is_empty() {
+        let batch = relevant_files_batch(&rows)?;
+        let t = lake.ensure_contract_table(PR_RELEVANT_FILES).await?;
+        lake.append(t, vec![batch]).await?;
+    }
     Ok(summary)
 }
 

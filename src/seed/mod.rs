@@ -546,7 +546,8 @@ pub async fn write_shards(lake: &Lake, batch: &RecordBatch, rows_per_shard: usiz
     let listed: Vec<object_store::ObjectMeta> = futures::TryStreamExt::try_collect(store.list(Some(&dir))).await?;
     for meta in listed {
         let name = meta.location.filename().unwrap_or_default().to_string();
-        let n = name.strip_prefix("part-").and_then(|r| r.strip_suffix(".parquet")).and_then(|n| n.parse::<usize>().ok());
+        let n =
+            name.strip_prefix("part-").and_then(|r| r.strip_suffix(".parquet")).and_then(|n| n.parse::<usize>().ok());
         if n.is_some_and(|n| n >= out.len()) {
             store.delete(&meta.location).await.with_context(|| format!("removing the stale shard {name}"))?;
         }
@@ -582,12 +583,15 @@ pub async fn run(lake: &Lake, opts: &SeedOptions) -> Result<SeedSummary> {
     };
     let batch = to_batch(&kept)?;
     let table = lake.ensure_contract_table(RL_SEED).await?;
+    crate::lake::failpoint("commit.before:rl_seed");
     table
         .write(vec![batch.clone()])
         .with_save_mode(deltalake::protocol::SaveMode::Overwrite)
         .await
         .context("writing rl_seed")?;
+    crate::lake::failpoint("commit.after:rl_seed");
     summary.shards = write_shards(lake, &batch, cfg.rows_per_shard).await?;
+    crate::lake::failpoint("shards.after");
 
     let strs = |f: &dyn Fn(&Rejection) -> &str| -> ArrayRef {
         Arc::new(arrow::array::StringArray::from_iter_values(rejected.iter().map(f)))
@@ -602,9 +606,11 @@ pub async fn run(lake: &Lake, opts: &SeedOptions) -> Result<SeedSummary> {
         ],
     )?;
     let t = lake.ensure_contract_table(SEED_REJECTIONS).await?;
+    crate::lake::failpoint("commit.before:seed_rejections");
     t.write(vec![rej])
         .with_save_mode(deltalake::protocol::SaveMode::Overwrite)
         .await
         .context("writing seed_rejections")?;
+    crate::lake::failpoint("commit.after:seed_rejections");
     Ok(summary)
 }

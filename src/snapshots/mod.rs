@@ -333,13 +333,12 @@ async fn write_repo(
 ) -> Result<()> {
     let now = chrono::Utc::now().timestamp_micros();
     let ok: Vec<&SnapshotRow> = r.snapshots.iter().filter(|x| x.failure.is_none()).collect();
-    // PRs snapshotted before (their SHAs changed, or --force) lose their old rows first; if
-    // the run stops in between they are not `ok`, so the next run redoes them.
-    let redo: Vec<String> = ok
-        .iter()
-        .filter(|x| previously.contains(&(x.repo_name.clone(), x.pr_number)))
-        .map(|x| x.pr_number.to_string())
-        .collect();
+    // Every PR written here loses its old rows first: those snapshotted before (their SHAs
+    // changed, or --force), and those of a run that died after writing `pr_files` but before
+    // `pr_snapshots` said they were done. Until `pr_snapshots` does, a PR is not `ok`, so a run
+    // that stops anywhere in between is redone by the next.
+    let _ = previously;
+    let redo: Vec<String> = ok.iter().map(|x| x.pr_number.to_string()).collect();
     if !redo.is_empty() {
         let pred = format!("repo_name = {} AND pr_number IN ({})", quote(&r.repo), redo.join(", "));
         lake.delete_where(PR_FILES, &pred).await?;

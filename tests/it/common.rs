@@ -75,3 +75,48 @@ pub async fn assert_tables_match_schemas(lake: &swelake::lake::Lake, tables: &[&
         assert!(d.is_empty(), "{table}: {d:#?}");
     }
 }
+
+/// An S3-compatible server on loopback: the one `.ci/run` started (`SWELAKE_TEST_S3_ENDPOINT`),
+/// else a moto server of this test's own, stopped when the guard drops.
+pub fn s3_server() -> (Option<Moto>, String) {
+    use std::net::{TcpListener, TcpStream};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    if let Ok(e) = std::env::var("SWELAKE_TEST_S3_ENDPOINT") {
+        return (None, e);
+    }
+    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = Command::new("moto_server")
+        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("moto_server not found: the S3 tests need `pip install 'moto[server]'` (.ci/run installs it)");
+    let moto = Moto(child);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "moto_server did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    (Some(moto), format!("http://127.0.0.1:{port}"))
+}
+
+pub struct Moto(std::process::Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Creates a bucket with a plain (unsigned) PUT, which moto accepts.
+pub fn create_bucket(endpoint: &str, bucket: &str) {
+    use std::io::{Read, Write};
+    let addr = endpoint.trim_start_matches("http://");
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(s, "PUT /{bucket} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    s.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+}

@@ -244,7 +244,8 @@ async fn interrupted_run_restarts_to_the_same_table() {
     let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
     ingest(&lake, &quiet_ingest(&src)).await.unwrap();
     std::fs::remove_dir_all(lake.local_root().unwrap().join("_job_runs")).unwrap();
-    let stray = lake.local_root().unwrap().join("events").join("event_date=2015-01-01").join("2015-01-01-15.deadbeef.parquet");
+    let stray =
+        lake.local_root().unwrap().join("events").join("event_date=2015-01-01").join("2015-01-01-15.deadbeef.parquet");
     std::fs::write(&stray, b"PAR1 partial").unwrap();
     let s = ingest(&lake, &quiet_ingest(&src)).await.unwrap();
     assert_eq!(s.files_ingested, 1, "not recorded as done, so it runs again");

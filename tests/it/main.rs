@@ -7,6 +7,7 @@ mod common;
 mod curation;
 mod history;
 mod ingest;
+mod lake;
 mod layers;
 mod prs;
 mod remote;

@@ -2,11 +2,9 @@
 //! (GH Archive's own layout: hour files under a URL prefix, no listing) and an S3-compatible
 //! server (moto, `pip install 'moto[server]'`).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
 use object_store::ObjectStoreExt;
 use swelake::ingest::{run as ingest, source::Hour};
@@ -105,46 +103,10 @@ async fn http_prefix_with_hour_range_and_a_missing_hour() {
     assert!(err.contains("--from and --to"), "{err}");
 }
 
-struct Moto(Child);
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_moto() -> (Moto, String) {
-    let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new("moto_server")
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("moto_server not found: the S3 tests need `pip install 'moto[server]'` (.ci/run installs it)");
-    let moto = Moto(child);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "moto_server did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    (moto, format!("http://127.0.0.1:{port}"))
-}
-
-/// Creates a bucket with a plain (unsigned) PUT, which moto accepts.
-fn create_bucket(endpoint: &str, bucket: &str) {
-    let addr = endpoint.trim_start_matches("http://");
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "PUT /{bucket} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
-    let mut response = String::new();
-    s.read_to_string(&mut response).unwrap();
-    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn s3_prefix_is_listed_and_ingested() {
-    let (_moto, endpoint) = start_moto();
-    create_bucket(&endpoint, "archive");
+    let (_moto, endpoint) = crate::common::s3_server();
+    crate::common::create_bucket(&endpoint, "archive");
     let options: Vec<(String, String)> = [
         ("aws_endpoint", endpoint.as_str()),
         ("aws_allow_http", "true"),

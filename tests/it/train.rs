@@ -114,7 +114,8 @@ async fn generate_train_resume_and_eval_from_parquet() {
 
     // Rollouts of another engine: text only, no rewards. Per instance the oracle answer
     // (SEARCH/REPLACE built from the patch) and a malformed one.
-    let shard = std::fs::read_dir(lake.local_root().unwrap().join("shards/seed")).unwrap().next().unwrap().unwrap().path();
+    let shard =
+        std::fs::read_dir(lake.local_root().unwrap().join("shards/seed")).unwrap().next().unwrap().unwrap().path();
     let patches = oracle_patches(&shard);
     let mut other = Vec::new();
     for inst in &seed {
