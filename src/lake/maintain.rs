@@ -76,6 +76,9 @@ pub struct TableStatus {
     pub commits: usize,
 }
 
+/// Files merged together: those of one partition value and one key (`""`: unkeyed appends).
+type GroupKey = (Option<String>, String);
+
 /// The key of a data file: its name up to the first `.`.
 fn key_of(path: &str) -> &str {
     let name = path.rsplit('/').next().unwrap_or(path);
@@ -154,7 +157,7 @@ impl Lake {
             bail!("tables partitioned by more than one column are not compacted");
         }
         // Small files by (partition value, key group).
-        let mut groups: BTreeMap<(Option<String>, String), Vec<(String, i64)>> = BTreeMap::new();
+        let mut groups: BTreeMap<GroupKey, Vec<(String, i64)>> = BTreeMap::new();
         for f in snapshot.log_data().iter() {
             summary.files_before += 1;
             let path = f.path().to_string();

@@ -460,12 +460,7 @@ pub fn failpoint(name: &str) {
 
 /// The table's directory name, from its URL.
 fn table_name_of(table: &DeltaTable) -> String {
-    table
-        .table_url()
-        .path_segments()
-        .and_then(|s| s.filter(|p| !p.is_empty()).next_back())
-        .unwrap_or_default()
-        .to_string()
+    table.table_url().path_segments().and_then(|mut s| s.rfind(|p| !p.is_empty())).unwrap_or_default().to_string()
 }
 
 /// Copies a local file into the store, in parts for large files.

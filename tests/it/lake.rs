@@ -416,7 +416,9 @@ async fn killed_runs_rerun_to_the_clean_tables() {
     let (_moto, endpoint) = s3_server();
     create_bucket(&endpoint, "faults");
     let env = s3_env(&endpoint);
-    let mut cases: Vec<(String, String, Vec<(String, String)>)> = LOCAL_POINTS
+    // (failpoint, lake, environment)
+    type Case = (String, String, Vec<(String, String)>);
+    let mut cases: Vec<Case> = LOCAL_POINTS
         .iter()
         .enumerate()
         .map(|(i, p)| (p.to_string(), dir.path().join(format!("l{i}")).display().to_string(), Vec::new()))
@@ -453,7 +455,7 @@ async fn killed_runs_rerun_to_the_clean_tables() {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300 + rng.below(4000) as u64));
+        std::thread::sleep(Duration::from_millis(300 + rng.below(4000)));
         let _ = child.kill();
         let _ = child.wait();
         let rerun = pipeline(&loc, &repos, &[], &[]);
