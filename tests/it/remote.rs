@@ -137,3 +137,75 @@ async fn s3_prefix_is_listed_and_ingested() {
     assert_eq!(count(&lake, "SELECT count(*) FROM events").await, (hours[0].1 + hours[1].1) as i64);
     assert_eq!(count(&lake, "SELECT count(DISTINCT source_file) FROM events").await, 2);
 }
+
+/// Serves `body` as `2015-01-01-15.json.gz` badly at first — a 503, then a connection cut
+/// mid-body — then well; `2015-01-01-16.json.gz` is always 403. Counts the requests per path.
+fn serve_flaky(body: Vec<u8>) -> (String, std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hits = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::new()));
+    let counter = hits.clone();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request = String::new();
+            if reader.read_line(&mut request).unwrap_or(0) == 0 {
+                continue;
+            }
+            loop {
+                let mut h = String::new();
+                if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                    break;
+                }
+            }
+            let path = request.split_whitespace().nth(1).unwrap_or("/").trim_start_matches('/').to_string();
+            let n = {
+                let mut m = counter.lock().unwrap();
+                let e = m.entry(path.clone()).or_insert(0);
+                *e += 1;
+                *e
+            };
+            let close = "Connection: close\r\n";
+            match (path.as_str(), n) {
+                ("2015-01-01-15.json.gz", 1) => {
+                    let _ = write!(stream, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n{close}\r\n");
+                }
+                ("2015-01-01-15.json.gz", 2) => {
+                    let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{close}\r\n", body.len());
+                    let _ = stream.write_all(&body[..body.len() / 2]);
+                }
+                ("2015-01-01-15.json.gz", _) => {
+                    let _ = write!(stream, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n{close}\r\n", body.len());
+                    let _ = stream.write_all(&body);
+                }
+                _ => {
+                    let _ = write!(stream, "HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n{close}\r\n");
+                }
+            }
+        }
+    });
+    (format!("http://{addr}/"), hits)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn transient_http_errors_are_retried_and_4xx_are_not() {
+    let body = std::fs::read(gharchive("2015-01-01-15.json.gz")).unwrap();
+    let lines = read_lines(&gharchive("2015-01-01-15.json.gz")).len() as i64;
+    let (url, hits) = serve_flaky(body);
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
+    let mut opts = quiet_ingest(Path::new(&url));
+    opts.source = url;
+    opts.from = Hour::parse("2015-01-01-15");
+    opts.to = Hour::parse("2015-01-01-16");
+    let s = ingest(&lake, &opts).await.unwrap();
+    // The 503 and the cut body were outlasted; the 403 failed at once, without retries.
+    assert_eq!((s.files_ingested, s.files_failed), (1, 1), "{:?}", s.files);
+    assert_eq!(
+        count(&lake, "SELECT count(*) FROM events").await + count(&lake, "SELECT count(*) FROM events_rejected").await,
+        lines
+    );
+    let hits = hits.lock().unwrap().clone();
+    assert!(hits["2015-01-01-15.json.gz"] >= 3, "{hits:?}");
+    assert_eq!(hits["2015-01-01-16.json.gz"], 1, "a 4xx is not retried: {hits:?}");
+}
