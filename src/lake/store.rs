@@ -136,6 +136,8 @@ pub async fn fetch_glob(pattern: &str, given: &[(String, String)], dir: &std::pa
         while let Some(chunk) = body.try_next().await? {
             tokio::io::AsyncWriteExt::write_all(&mut out, &chunk).await?;
         }
+        // A tokio file writes in the background: without a flush the tail may be lost.
+        tokio::io::AsyncWriteExt::flush(&mut out).await?;
         n += 1;
     }
     if n == 0 {
