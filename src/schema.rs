@@ -44,6 +44,7 @@ pub struct ColumnDoc {
 pub const FILES: &[(&str, &str)] = &[
     ("events", include_str!("../schemas/events.toml")),
     ("events_rejected", include_str!("../schemas/events_rejected.toml")),
+    ("source_hours", include_str!("../schemas/source_hours.toml")),
     ("_job_runs", include_str!("../schemas/_job_runs.toml")),
     ("rollouts", include_str!("../schemas/rollouts.toml")),
     ("pr_timeline", include_str!("../schemas/pr_timeline.toml")),

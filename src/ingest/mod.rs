@@ -10,6 +10,7 @@
 //! Not here: turning events into pull requests (`prs`), scheduling (`jobs`).
 
 pub(crate) mod batch;
+pub mod completeness;
 pub(crate) mod event;
 pub(crate) mod reader;
 pub(crate) mod scan;
@@ -39,7 +40,7 @@ use reader::{Compression, Line, LineReader};
 use source::{Hour, SourceFile};
 
 /// The tables the stage writes.
-pub const OUTPUTS: [&str; 2] = [EVENTS, EVENTS_REJECTED];
+pub const OUTPUTS: [&str; 3] = [EVENTS, EVENTS_REJECTED, completeness::SOURCE_HOURS];
 /// Its unit of work: an hour file.
 pub const PARTITION_KEY: &str = "hour";
 
@@ -105,6 +106,8 @@ pub struct FileSummary {
     pub events_by_type: BTreeMap<String, u64>,
     pub compressed_bytes: u64,
     pub json_bytes: u64,
+    /// Distinct repositories among the events.
+    pub distinct_repos: u64,
     pub seconds: f64,
     pub events_version: Option<i64>,
 }
@@ -300,6 +303,7 @@ async fn ingest_sources(
         ]);
         file.events_version = lake.replace_key(events_table, &s.key, events, predicate.clone(), meta.clone()).await?;
         lake.replace_key(rejected_table, &s.key, rejected, predicate, meta).await?;
+        completeness::record_hour(lake, &s, &file).await?;
         let detail = json!({
             "source": s.location.to_string(),
             "size": s.size,
@@ -388,6 +392,7 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
     let mut builder = EventsBuilder::new(opts.batch_rows);
     let mut rejected = RejectedBuilder::default();
     let mut seen_ids = SeenIds::default();
+    let mut repos: rustc_hash::FxHashSet<u64> = rustc_hash::FxHashSet::default();
     let mut summary = FileSummary { key: s.key.clone(), source_file: s.name.clone(), ..Default::default() };
     let now = chrono::Utc::now().timestamp_micros();
     let mut line_no: u64 = 0;
@@ -429,6 +434,9 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
                         Ok(text) => match parse_line(text) {
                             Ok(ev) => {
                                 if seen_ids.insert(&ev.id) {
+                                    if let Some(r) = &ev.repo_name {
+                                        repos.insert(crate::hash::fnv1a(r.bytes(), crate::hash::OFFSET));
+                                    }
                                     match summary.events_by_type.get_mut(ev.kind.as_ref()) {
                                         Some(n) => *n += 1,
                                         None => {
@@ -484,6 +492,7 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
         rejected_writer.write(&rejected.finish())?;
     }
     summary.lines_read = line_no;
+    summary.distinct_repos = repos.len() as u64;
     summary.compressed_bytes = counter.load(Ordering::Relaxed);
     summary.json_bytes = lines.bytes_read();
     let events = events.finish()?;

@@ -40,6 +40,8 @@ pub struct CurationConfig {
     pub filters: FilterConfig,
     pub relevance: RelevanceConfig,
     pub seed: SeedConfig,
+    /// How `status` and `report` judge whether the archive's hours are complete.
+    pub completeness: crate::ingest::completeness::CompletenessConfig,
 }
 
 impl CurationConfig {
@@ -52,6 +54,7 @@ impl CurationConfig {
             filters: crate::config::section(&merged, "filters").with_context(|| origin.clone())?,
             relevance: crate::config::section(&merged, "relevance").with_context(|| origin.clone())?,
             seed: crate::config::section(&merged, "seed").with_context(|| origin.clone())?,
+            completeness: crate::config::section(&merged, "completeness").with_context(|| origin.clone())?,
         })
     }
 
@@ -792,12 +795,12 @@ mod tests {
         ))
         .unwrap_err();
         assert!(format!("{e:#}").contains("works by \"*\""), "{e:#}");
-        let e = job(&format!("{base}step = \"ingest\"\npartition_key = \"hour\"\noutputs = [\"events\", \"events_rejected\"]\nsql = \"a.sql\"\n")).unwrap_err();
+        let e = job(&format!("{base}step = \"ingest\"\npartition_key = \"hour\"\noutputs = [\"events\", \"events_rejected\", \"source_hours\"]\nsql = \"a.sql\"\n")).unwrap_err();
         assert!(format!("{e:#}").contains("`sql` is for SQL jobs"), "{e:#}");
         let e = job(&format!("{base}step = \"ingest\"\npartition_key = \"hour\"\nouputs = []\n")).unwrap_err();
         assert!(format!("{e:#}").contains("unknown field `ouputs`"), "{e:#}");
         let ok = job(&format!(
-            "{base}step = \"ingest\"\npartition_key = \"hour\"\noutputs = [\"events_rejected\", \"events\"]\n"
+            "{base}step = \"ingest\"\npartition_key = \"hour\"\noutputs = [\"source_hours\", \"events_rejected\", \"events\"]\n"
         ));
         assert!(ok.is_ok(), "{ok:?}");
     }

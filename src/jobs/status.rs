@@ -46,6 +46,8 @@ pub struct LakeStatus {
     pub tables: Vec<TableStatus>,
     /// Leases held now (expired and released ones are left out).
     pub leases: Vec<Entry>,
+    /// Whether the ingested hours are complete (`None`: no hour ingested yet).
+    pub hours: Option<crate::ingest::completeness::Completeness>,
 }
 
 fn time_of(us: i64) -> String {
@@ -113,7 +115,8 @@ pub async fn status(lake: &Lake, registry: &Registry, opts: &RunOptions) -> Resu
     }
     let now = chrono::Utc::now().timestamp_millis();
     let leases = lake.leases(None).await?.into_iter().filter(|e| !e.released && e.expires_at > now).collect();
-    Ok(LakeStatus { lake: lake.location(), jobs, tables, leases })
+    let hours = crate::ingest::completeness::assess(lake, &opts.curation.completeness).await?;
+    Ok(LakeStatus { lake: lake.location(), jobs, tables, leases, hours })
 }
 
 impl LakeStatus {
@@ -152,6 +155,25 @@ impl LakeStatus {
                 "  {:<20} {:>7} {:>6} {:>12} {:>6} {:>10}  {opt}",
                 t.table, t.version, t.files, t.bytes, t.small_files, cp
             );
+        }
+        if let Some(h) = &self.hours {
+            let _ = writeln!(
+                s,
+                "\nhours {} .. {}: {} ingested, {} complete, {} without a baseline yet, {} flagged",
+                h.first_hour.as_deref().unwrap_or("-"),
+                h.last_hour.as_deref().unwrap_or("-"),
+                h.hours_ingested,
+                h.complete,
+                h.no_baseline,
+                h.flagged.len()
+            );
+            for f in h.flagged.iter().take(24) {
+                let base = f.baseline.map_or(String::new(), |b| format!(" (baseline {b:.0})"));
+                let _ = writeln!(s, "  {:<16} {:<8} {} events{base}", f.hour, f.reason, f.events);
+            }
+            if h.flagged.len() > 24 {
+                let _ = writeln!(s, "  ... {} more (--json lists all)", h.flagged.len() - 24);
+            }
         }
         if !self.leases.is_empty() {
             let _ = writeln!(s, "\nleases held");

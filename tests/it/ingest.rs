@@ -104,9 +104,12 @@ async fn real_excerpts_counts_match_and_reingest_is_idempotent() {
     assert_eq!(count(&lake, "SELECT count(DISTINCT id) FROM events").await, 1024 + 2048);
 
     // The tables agree with their schema files.
-    for (table, parts) in
-        [("events", vec!["event_date".to_string()]), ("events_rejected", vec![]), ("_job_runs", vec![])]
-    {
+    for (table, parts) in [
+        ("events", vec!["event_date".to_string()]),
+        ("events_rejected", vec![]),
+        ("source_hours", vec![]),
+        ("_job_runs", vec![]),
+    ] {
         let t = lake.open_table(table).await.unwrap();
         let snap = t.snapshot().unwrap();
         let schema = snap.snapshot().arrow_schema();
@@ -272,4 +275,65 @@ async fn sources_by_glob_and_hour_range() {
     let keys: Vec<&str> = s.files.iter().map(|f| f.key.as_str()).collect();
     assert_eq!(keys, vec!["2015-01-01-16", "2015-01-01-17"]);
     assert_eq!(count(&lake, "SELECT count(*) FROM events").await, 200);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn thin_and_missing_hours_are_flagged_in_status() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("hours");
+    std::fs::create_dir(&src).unwrap();
+    let lines = read_lines(&gharchive("2015-01-01-15.json.gz"));
+    // Eight days and one hour of 100-line hours, from 2015-01-01-0: day 8 hour 10 is cut to
+    // 1% of its lines and day 8 hour 5 is missing; day 8 hour 12 is a normal hour.
+    let start = chrono::NaiveDate::from_ymd_opt(2015, 1, 1).unwrap().and_hms_opt(0, 0, 0).unwrap();
+    for h in 0..(8 * 24 + 1) {
+        let t = start + chrono::Duration::hours(h);
+        let key = t.format("%Y-%m-%d-%-H").to_string();
+        if key == "2015-01-08-5" {
+            continue;
+        }
+        let n = if key == "2015-01-08-10" { 1 } else { 100 };
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        for l in &lines[(h as usize * 3) % 900..][..n] {
+            writeln!(gz, "{l}").unwrap();
+        }
+        std::fs::write(src.join(format!("{key}.json.gz")), gz.finish().unwrap()).unwrap();
+    }
+    let lake = dir.path().join("lake").display().to_string();
+    let cfg = dir.path().join("curation.toml");
+    std::fs::write(&cfg, "[completeness]\nmin_weeks = 1\n").unwrap();
+    let bin = env!("CARGO_BIN_EXE_swelake");
+    let o = std::process::Command::new(bin)
+        .args(["-q", "ingest", "--source", src.to_str().unwrap(), "--lake", &lake])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = std::process::Command::new(bin)
+        .args(["status", "--lake", &lake, "--json", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let hours = &status["hours"];
+    let flagged: Vec<(String, String)> = hours["flagged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| (f["hour"].as_str().unwrap().to_string(), f["reason"].as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(
+        flagged,
+        vec![("2015-01-08-5".to_string(), "missing".to_string()), ("2015-01-08-10".to_string(), "low".to_string())]
+    );
+    assert_eq!(hours["hours_ingested"], 8 * 24);
+    // The first week has nothing to compare with; the rest of day 8 (hour 12 among them) is complete.
+    assert_eq!(hours["no_baseline"], 7 * 24);
+    assert_eq!(hours["complete"], 24 + 1 - 2);
+    let t = Lake::open(&lake).unwrap();
+    assert_eq!(count(&t, "SELECT count(*) FROM source_hours").await, 8 * 24);
+    assert_eq!(
+        count(&t, "SELECT sum(lines) FROM source_hours").await,
+        count(&t, "SELECT count(*) FROM events").await + count(&t, "SELECT count(*) FROM events_rejected").await
+    );
 }
