@@ -192,36 +192,32 @@ pub async fn run(lake: &Lake, opts: &IngestOptions) -> Result<IngestSummary> {
         if opts.force { HashMap::new() } else { runs::latest_ok(lake, "ingest").await? };
 
     let mut summary = IngestSummary::default();
-    let mut todo = Vec::new();
     let candidates: Vec<String> = sources.iter().map(|s| s.key.clone()).collect();
     // Hours another run is ingesting are not ours to redo: hold a lease on each hour (not yet
     // done) for the whole run, then look again at what is done — a run this one waited for
     // may have finished some of them.
     let pending: Vec<String> = candidates.iter().filter(|k| opts.force || !done.contains_key(*k)).cloned().collect();
-    let held = lake.acquire_leases("ingest", &pending, opts.lease_wait).await?;
-    let done: HashMap<String, RunRecord> =
-        if opts.force || pending.is_empty() { done } else { runs::latest_ok(lake, "ingest").await? };
-    let result =
-        ingest_sources(lake, opts, sources, &done, &mut summary, &mut todo, &mut events_table, &mut rejected_table)
-            .await;
-    held.release().await?;
-    result?;
+    lake.with_leases("ingest", &pending, opts.lease_wait, async {
+        let done: HashMap<String, RunRecord> =
+            if opts.force || pending.is_empty() { done } else { runs::latest_ok(lake, "ingest").await? };
+        ingest_sources(lake, opts, sources, &done, &mut summary, &mut events_table, &mut rejected_table).await
+    })
+    .await?;
     summary.files.sort_by(|a, b| a.key.cmp(&b.key));
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn ingest_sources(
     lake: &Lake,
     opts: &IngestOptions,
     sources: Vec<SourceFile>,
     done: &HashMap<String, RunRecord>,
     summary: &mut IngestSummary,
-    todo: &mut Vec<SourceFile>,
     events_table: &mut deltalake::DeltaTable,
     rejected_table: &mut deltalake::DeltaTable,
 ) -> Result<()> {
+    let mut todo = Vec::new();
     for s in sources {
         let already = done.get(&s.key).is_some_and(|r| {
             let recorded = r.detail.get("size").and_then(|v| v.as_u64());
@@ -244,7 +240,7 @@ async fn ingest_sources(
     let overall = mp.add(progress::count_bar(todo.len() as u64, "files"));
     let download_dir = tempfile::tempdir().context("creating a download directory")?;
     let jobs = opts.jobs.max(1);
-    let mut stream = futures::stream::iter(std::mem::take(todo).into_iter().map(|s| {
+    let mut stream = futures::stream::iter(todo.into_iter().map(|s| {
         let lake = lake.clone();
         let opts = opts.clone();
         let mp = mp.clone();

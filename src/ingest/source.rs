@@ -260,70 +260,16 @@ fn http_store(base: &str) -> Result<Arc<dyn ObjectStore>> {
 }
 
 /// Makes `source` available as a local file: itself when local, else a download into `dir`
-/// (streamed, so memory stays bounded whatever the size). A download cut by a transient error
-/// (a 5xx the client's own retries did not outlast, a timeout, a reset connection mid-body) is
-/// started again, up to [`DOWNLOAD_ATTEMPTS`] times with backoff; a 4xx (missing, forbidden)
-/// is not.
+/// (streamed, and started again after a transient error: see [`crate::lake::store::download`]).
 pub async fn fetch(source: &SourceFile, dir: &Path) -> Result<PathBuf> {
     match &source.location {
         Location::Local(p) => Ok(p.clone()),
         Location::Remote { store, path, url } => {
             let local = dir.join(&source.name);
-            let mut attempt = 1;
-            loop {
-                match download(store.as_ref(), path, &local).await {
-                    Ok(()) => return Ok(local),
-                    Err(Download::Store(e)) if transient(&e) && attempt < DOWNLOAD_ATTEMPTS => {
-                        let wait = std::time::Duration::from_millis(250 << attempt);
-                        tracing::warn!(source = %url, attempt, error = %e, "download failed; retrying");
-                        tokio::time::sleep(wait).await;
-                        attempt += 1;
-                    }
-                    Err(Download::Store(e)) => {
-                        return Err(anyhow::Error::new(e).context(format!("fetching {url} (attempt {attempt})")))
-                    }
-                    Err(Download::Local(e)) => {
-                        return Err(anyhow::Error::new(e).context(format!("writing {}", local.display())))
-                    }
-                }
-            }
+            crate::lake::store::download(store.as_ref(), path, &local, url).await?;
+            Ok(local)
         }
     }
-}
-
-/// Downloads of one hour file before giving up.
-pub const DOWNLOAD_ATTEMPTS: u32 = 5;
-
-enum Download {
-    Store(object_store::Error),
-    Local(std::io::Error),
-}
-
-async fn download(store: &dyn ObjectStore, path: &ObjectPath, local: &Path) -> std::result::Result<(), Download> {
-    use tokio::io::AsyncWriteExt;
-    let mut file = tokio::fs::File::create(local).await.map_err(Download::Local)?;
-    let mut stream = store.get(path).await.map_err(Download::Store)?.into_stream();
-    while let Some(chunk) = stream.next().await {
-        file.write_all(&chunk.map_err(Download::Store)?).await.map_err(Download::Local)?;
-    }
-    file.flush().await.map_err(Download::Local)
-}
-
-/// Whether a store error may go away by itself: not a missing, forbidden or invalid request.
-fn transient(e: &object_store::Error) -> bool {
-    use object_store::Error as E;
-    !matches!(
-        e,
-        E::NotFound { .. }
-            | E::PermissionDenied { .. }
-            | E::Unauthenticated { .. }
-            | E::InvalidPath { .. }
-            | E::NotSupported { .. }
-            | E::NotImplemented { .. }
-            | E::Precondition { .. }
-            | E::NotModified { .. }
-            | E::UnknownConfigurationKey { .. }
-    ) && !e.to_string().contains("status code: 4")
 }
 
 #[cfg(test)]

@@ -733,16 +733,13 @@ where
     if is_done(&runs::latest_ok(lake, &job.name).await?) {
         return Ok(JobSummary::named(&job.name));
     }
-    let held = lake.acquire_leases(&job.name, &[ALL.to_string()], opts.lease_wait).await?;
-    let result = async {
+    lake.with_leases(&job.name, &[ALL.to_string()], opts.lease_wait, async {
         if is_done(&runs::latest_ok(lake, &job.name).await?) {
             return Ok(JobSummary::named(&job.name));
         }
         whole_held(lake, job, fingerprint.clone(), step).await
-    }
-    .await;
-    held.release().await?;
-    result
+    })
+    .await
 }
 
 async fn whole_held<F, Fut>(lake: &Lake, job: &JobSpec, fingerprint: String, step: F) -> Result<JobSummary>

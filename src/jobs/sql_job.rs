@@ -181,8 +181,7 @@ pub async fn run(
     // Another run of this job may be on the same partitions: hold them, then look again at
     // what is done (the run this one waited for may have done some).
     let keys = if todo.is_empty() { vec!["__also_due".to_string()] } else { summary.partitions.clone() };
-    let held = lake.acquire_leases(&job.name, &keys, opts.lease_wait).await?;
-    let result = async {
+    lake.with_leases(&job.name, &keys, opts.lease_wait, async {
         let done = runs::latest_ok(lake, &job.name).await?;
         let todo: Vec<(String, String)> = todo
             .into_iter()
@@ -195,10 +194,8 @@ pub async fn run(
             return Ok(summary);
         }
         run_held(lake, registry, job, step, &ctx, &input_table, todo, due_anyway, summary).await
-    }
-    .await;
-    held.release().await?;
-    result
+    })
+    .await
 }
 
 /// The rest of [`run`], with the leases of `todo` held.

@@ -102,8 +102,6 @@ pub fn display_url(url: &Url) -> String {
 /// local paths (the trainer, the reward scorer) read shards and rollouts from a store. A plain
 /// path is returned as it is.
 pub async fn fetch_glob(pattern: &str, given: &[(String, String)], dir: &std::path::Path) -> Result<String> {
-    use futures::TryStreamExt;
-    use object_store::ObjectStoreExt;
     if !pattern.contains("://") || pattern.starts_with("file://") {
         return Ok(pattern.strip_prefix("file://").unwrap_or(pattern).to_string());
     }
@@ -131,13 +129,7 @@ pub async fn fetch_glob(pattern: &str, given: &[(String, String)], dir: &std::pa
         if !matcher.matches(&name) {
             continue;
         }
-        let mut out = tokio::fs::File::create(dir.join(&name)).await?;
-        let mut body = store.get(&meta.location).await?.into_stream();
-        while let Some(chunk) = body.try_next().await? {
-            tokio::io::AsyncWriteExt::write_all(&mut out, &chunk).await?;
-        }
-        // A tokio file writes in the background: without a flush the tail may be lost.
-        tokio::io::AsyncWriteExt::flush(&mut out).await?;
+        download(store.as_ref(), &meta.location, &dir.join(&name), &format!("{base}{name}")).await?;
         n += 1;
     }
     if n == 0 {
@@ -145,6 +137,71 @@ pub async fn fetch_glob(pattern: &str, given: &[(String, String)], dir: &std::pa
     }
     tracing::info!(files = n, from = %display_url(&url), "fetched from the store");
     Ok(format!("{}/{}", dir.display(), if name_glob.is_empty() { "*" } else { name_glob }))
+}
+
+/// Downloads of one object before giving up.
+pub const DOWNLOAD_ATTEMPTS: u32 = 5;
+
+/// Copies object `path` of `store` to the file `local`, streamed (memory stays bounded
+/// whatever the size). A copy cut by a transient error (a 5xx the client's own retries did not
+/// outlast, a timeout, a connection reset mid-body) is started again, up to
+/// [`DOWNLOAD_ATTEMPTS`] times with backoff; a 4xx (missing, forbidden) is not. `what` names
+/// the object in messages.
+pub async fn download(store: &dyn ObjectStore, path: &ObjectPath, local: &std::path::Path, what: &str) -> Result<()> {
+    let mut attempt = 1;
+    loop {
+        match copy_once(store, path, local).await {
+            Ok(()) => return Ok(()),
+            Err(Copy::Store(e)) if transient(&e) && attempt < DOWNLOAD_ATTEMPTS => {
+                tracing::warn!(source = %redact(what), attempt, error = %redact(&e.to_string()), "download failed; retrying");
+                tokio::time::sleep(std::time::Duration::from_millis(250 << attempt)).await;
+                attempt += 1;
+            }
+            Err(Copy::Store(e)) => {
+                return Err(anyhow::Error::new(e).context(format!("fetching {what} (attempt {attempt})")))
+            }
+            Err(Copy::Local(e)) => return Err(anyhow::Error::new(e).context(format!("writing {}", local.display()))),
+        }
+    }
+}
+
+enum Copy {
+    Store(object_store::Error),
+    Local(std::io::Error),
+}
+
+async fn copy_once(
+    store: &dyn ObjectStore,
+    path: &ObjectPath,
+    local: &std::path::Path,
+) -> std::result::Result<(), Copy> {
+    use futures::StreamExt;
+    use object_store::ObjectStoreExt;
+    use tokio::io::AsyncWriteExt;
+    let mut file = tokio::fs::File::create(local).await.map_err(Copy::Local)?;
+    let mut stream = store.get(path).await.map_err(Copy::Store)?.into_stream();
+    while let Some(chunk) = stream.next().await {
+        file.write_all(&chunk.map_err(Copy::Store)?).await.map_err(Copy::Local)?;
+    }
+    // A tokio file writes in the background: without a flush the tail may be lost.
+    file.flush().await.map_err(Copy::Local)
+}
+
+/// Whether a store error may go away by itself: not a missing, forbidden or invalid request.
+fn transient(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    !matches!(
+        e,
+        E::NotFound { .. }
+            | E::PermissionDenied { .. }
+            | E::Unauthenticated { .. }
+            | E::InvalidPath { .. }
+            | E::NotSupported { .. }
+            | E::NotImplemented { .. }
+            | E::Precondition { .. }
+            | E::NotModified { .. }
+            | E::UnknownConfigurationKey { .. }
+    ) && !e.to_string().contains("status code: 4")
 }
 
 #[cfg(test)]

@@ -137,14 +137,13 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
     } else {
         Vec::new()
     };
-    // Done: snapshotted with the SHAs the PR has now. Previously snapshotted PRs lose their old
-    // rows when they are done again.
+    // Done: snapshotted with the SHAs the PR has now. A PR done again loses its old rows first
+    // (see `write_repo`).
     let done: HashSet<(&str, i64, &str, &str)> = if opts.force {
         HashSet::new()
     } else {
         ok.iter().map(|p| (p.repo_name.as_str(), p.number, p.base_sha.as_str(), p.head_sha.as_str())).collect()
     };
-    let previously: HashSet<(String, i64)> = ok.iter().map(|p| (p.repo_name.clone(), p.number)).collect();
     let mut by_repo: BTreeMap<String, Vec<PrRef>> = BTreeMap::new();
     for p in prs {
         if done.contains(&(p.repo_name.as_str(), p.number, p.base_sha.as_str(), p.head_sha.as_str())) {
@@ -172,9 +171,7 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
     .buffer_unordered(opts.jobs.max(1));
     while let Some(result) = stream.next().await {
         let r = result?;
-        write_repo(lake, &r, &previously, &mut summary)
-            .await
-            .with_context(|| format!("writing snapshots of {}", r.repo))?;
+        write_repo(lake, &r, &mut summary).await.with_context(|| format!("writing snapshots of {}", r.repo))?;
         summary.repos_processed.push(r.repo.clone());
         bar.inc(1);
     }
@@ -325,19 +322,13 @@ fn repo_key(repo: &str) -> String {
     repo.chars().map(|c| if c.is_ascii_alphanumeric() { c } else { '_' }).collect()
 }
 
-async fn write_repo(
-    lake: &Lake,
-    r: &RepoResult,
-    previously: &HashSet<(String, i64)>,
-    s: &mut SnapshotSummary,
-) -> Result<()> {
+async fn write_repo(lake: &Lake, r: &RepoResult, s: &mut SnapshotSummary) -> Result<()> {
     let now = chrono::Utc::now().timestamp_micros();
     let ok: Vec<&SnapshotRow> = r.snapshots.iter().filter(|x| x.failure.is_none()).collect();
     // Every PR written here loses its old rows first: those snapshotted before (their SHAs
     // changed, or --force), and those of a run that died after writing `pr_files` but before
     // `pr_snapshots` said they were done. Until `pr_snapshots` does, a PR is not `ok`, so a run
     // that stops anywhere in between is redone by the next.
-    let _ = previously;
     let redo: Vec<String> = ok.iter().map(|x| x.pr_number.to_string()).collect();
     if !redo.is_empty() {
         let pred = format!("repo_name = {} AND pr_number IN ({})", quote(&r.repo), redo.join(", "));
