@@ -6,8 +6,16 @@
 -- Merge state: true on any evidence (merged flag, `merged` action, an issue object's
 -- pull_request.merged_at); false only when a full payload said so at or after the last close;
 -- otherwise NULL (the archive does not say - never a guessed false).
+--
+-- Git's facts (`pr_git_facts`, from the prs_from_git job) come after the archive with a fixed
+-- precedence: a PR the archive never showed gets its row from git (discovery_source = 'git');
+-- an archive row takes from git only the fields the archive left NULL (merge state, SHAs,
+-- text), and merge_source = 'git' when git decided `merged`. PRs whose facts are newer than
+-- this job's last run are recomputed with the timeline's.
 WITH touched AS (
     SELECT DISTINCT repo_name, pr_number FROM pr_timeline_new
+    UNION
+    SELECT repo_name, number FROM pr_git_facts WHERE found_at > (SELECT last_run_at FROM job_last_run)
 ),
 t AS (
     SELECT p.*
@@ -57,7 +65,8 @@ agg AS (
         bool_or(payload_trimmed) AS saw_trimmed_payload
     FROM t
     GROUP BY repo_name, pr_number
-)
+),
+archive AS (
 SELECT
     repo_name,
     pr_number AS number,
@@ -104,3 +113,51 @@ SELECT
     push_events,
     saw_trimmed_payload
 FROM agg
+),
+g AS (
+    SELECT f.*
+    FROM pr_git_facts f
+    JOIN touched k ON f.repo_name = k.repo_name AND f.number = k.pr_number
+)
+SELECT
+    coalesce(a.repo_name, g.repo_name) AS repo_name,
+    coalesce(a.number, g.number) AS number,
+    coalesce(a.title, g.title) AS title,
+    coalesce(a.body, g.body) AS body,
+    coalesce(a.author_login, g.author_login) AS author_login,
+    a.author_id,
+    a.author_type,
+    a.labels,
+    coalesce(a.state, CASE WHEN g.merged THEN 'closed' END) AS state,
+    a.last_action,
+    coalesce(a.merged, g.merged) AS merged,
+    CASE WHEN a.merged IS NULL THEN g.merged_at ELSE coalesce(a.merged_at, g.merged_at) END AS merged_at,
+    CASE WHEN a.merged IS NULL AND g.merged IS NOT NULL THEN 'git' ELSE coalesce(a.merge_source, 'unknown') END AS merge_source,
+    CASE
+        WHEN a.title IS NULL AND g.title IS NOT NULL THEN 'git'
+        ELSE coalesce(a.metadata_source, 'none')
+    END AS metadata_source,
+    coalesce(a.base_ref, g.base_ref) AS base_ref,
+    coalesce(a.base_sha, g.base_sha) AS base_sha,
+    coalesce(a.head_ref, g.head_ref) AS head_ref,
+    coalesce(a.head_sha, g.head_sha) AS head_sha,
+    a.head_repo_name,
+    coalesce(a.merge_commit_sha, g.merge_commit_sha) AS merge_commit_sha,
+    a.commits,
+    a.additions,
+    a.deletions,
+    a.changed_files,
+    a.created_at,
+    coalesce(a.closed_at, g.merged_at) AS closed_at,
+    a.first_event_at,
+    a.last_event_at,
+    coalesce(a.timeline_events, 0) AS timeline_events,
+    a.comment_events,
+    a.review_events,
+    a.review_comment_events,
+    a.push_events,
+    a.saw_trimmed_payload,
+    CASE WHEN a.number IS NULL THEN 'git' ELSE 'gh_archive' END AS discovery_source,
+    g.kind AS git_kind
+FROM archive a
+FULL OUTER JOIN g ON a.repo_name = g.repo_name AND a.number = g.number

@@ -105,7 +105,11 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
     }
 
     if lake.has_table("rl_seed").await? {
-        let card = crate::report::run(&lake, &crate::report::ReportOptions { out: root.join("card") }).await?;
+        let card = crate::report::run(
+            &lake,
+            &crate::report::ReportOptions { out: root.join("card"), completeness: Default::default() },
+        )
+        .await?;
         writeln!(report, "  seed shards: {}", root.join("shards/seed").display())?;
         writeln!(report, "  dataset card: {}", card.card.display())?;
     }

@@ -47,6 +47,11 @@ impl Mirrors {
     pub fn open(&self, repo: &str) -> Result<Repository, GitFailure> {
         open_mirror(&self.cache_dir, repo, &self.url(repo))
     }
+
+    /// The mirror of `repo`, fetched again (cloned the first time).
+    pub fn refresh(&self, repo: &str) -> Result<Repository, GitFailure> {
+        refresh_mirror(&self.cache_dir, repo, &self.url(repo))
+    }
 }
 
 /// The default mirror cache: `$XDG_CACHE_HOME/swelake/mirrors` or `~/.cache/swelake/mirrors`.
@@ -58,9 +63,13 @@ pub fn default_cache_dir() -> PathBuf {
     base.join("swelake").join("mirrors")
 }
 
-/// The refs a mirror keeps: branches, tags and GitHub's pull-request heads.
-const REFSPECS: [&str; 3] =
-    ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*", "+refs/pull/*/head:refs/pull/*/head"];
+/// The refs a mirror keeps: branches, tags, and GitHub's pull-request heads and test merges.
+const REFSPECS: [&str; 4] = [
+    "+refs/heads/*:refs/heads/*",
+    "+refs/tags/*:refs/tags/*",
+    "+refs/pull/*/head:refs/pull/*/head",
+    "+refs/pull/*/merge:refs/pull/*/merge",
+];
 
 /// Where the mirror of `repo_name` lives under `cache`.
 pub fn mirror_path(cache: &Path, repo_name: &str) -> PathBuf {
@@ -75,7 +84,46 @@ fn fetch(repo: &Repository, url: &str, extra: &[String]) -> Result<(), git2::Err
     specs.extend(extra.iter().cloned());
     let mut opts = FetchOptions::new();
     opts.download_tags(git2::AutotagOption::None);
-    remote.fetch(&specs, Some(&mut opts), None)
+    remote.fetch(&specs, Some(&mut opts), None)?;
+    // The remote's HEAD names its default branch; a bare init points HEAD at `master`, which
+    // may not exist. The answer stays readable after the fetch disconnects.
+    if let Ok(head) = remote.default_branch() {
+        if let Some(name) = head.as_str().ok().filter(|n| n.starts_with("refs/heads/")) {
+            if repo.find_reference(name).is_ok() {
+                repo.set_head(name)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Fetches every ref of the mirror of `repo_name` again (new merges, new PR refs); the mirror
+/// is cloned the first time.
+pub fn refresh_mirror(cache: &Path, repo_name: &str, url: &str) -> Result<Repository, GitFailure> {
+    let fresh = !mirror_path(cache, repo_name).join("HEAD").exists();
+    let repo = open_mirror(cache, repo_name, url)?;
+    if !fresh {
+        fetch(&repo, url, &[]).map_err(|e| GitFailure::new("fetch_failed", format!("{url}: {}", e.message())))?;
+    }
+    Ok(repo)
+}
+
+/// The default branch of a mirror and its tip: HEAD when it names a branch that exists, else
+/// the first of `main`, `master`, `develop`, `trunk` that does.
+pub fn default_branch(repo: &Repository) -> Option<(String, Oid)> {
+    let from_head = repo
+        .find_reference("HEAD")
+        .ok()
+        .and_then(|h| h.symbolic_target().ok().flatten().map(str::to_string))
+        .filter(|n| repo.find_reference(n).is_ok());
+    let name = from_head.or_else(|| {
+        ["main", "master", "develop", "trunk"]
+            .iter()
+            .map(|b| format!("refs/heads/{b}"))
+            .find(|n| repo.find_reference(n).is_ok())
+    })?;
+    let tip = repo.find_reference(&name).ok()?.peel_to_commit().ok()?.id();
+    Some((name.trim_start_matches("refs/heads/").to_string(), tip))
 }
 
 /// Opens the mirror of `repo_name`, creating it from `url` the first time.

@@ -18,6 +18,8 @@ use crate::lake::Lake;
 pub struct ReportOptions {
     /// Directory for `card.md` and its charts.
     pub out: PathBuf,
+    /// How the archive's hours are judged for the card's completeness section.
+    pub completeness: crate::lake::hours::CompletenessConfig,
 }
 
 /// What a report run wrote.
@@ -47,6 +49,56 @@ fn stats(values: &[f64]) -> String {
     v.sort_by(f64::total_cmp);
     let q = |p: f64| v[((v.len() - 1) as f64 * p).round() as usize];
     format!("min {:.0}, median {:.0}, p90 {:.0}, max {:.0}", v[0], q(0.5), q(0.9), v[v.len() - 1])
+}
+
+/// Where the PRs came from, and how complete the archive's hours were: a card over a stretch
+/// of GH Archive's thin hours must say so.
+async fn write_sources(lake: &Lake, ctx: &SessionContext, opts: &ReportOptions, md: &mut String) -> Result<()> {
+    writeln!(md, "\n## Sources\n")?;
+    let discovery = counts(
+        ctx,
+        "SELECT discovery_source, count(*) AS n FROM pull_requests WHERE merged GROUP BY 1 ORDER BY n DESC, 1",
+    )
+    .await?;
+    let problems =
+        counts(ctx, "SELECT problem_source, count(*) AS n FROM rl_seed GROUP BY 1 ORDER BY n DESC, 1").await?;
+    writeln!(md, "| | count |\n|---|---|")?;
+    for (k, v) in &discovery {
+        writeln!(md, "| merged PRs found in {k} | {v} |")?;
+    }
+    for (k, v) in &problems {
+        writeln!(md, "| instances whose problem statement is {k} | {v} |")?;
+    }
+    let Some(c) = crate::lake::hours::assess(lake, &opts.completeness).await? else {
+        writeln!(md, "\nNo GH Archive hours were ingested into this lake (its PRs come from git).")?;
+        return Ok(());
+    };
+    let low = c.flagged.iter().filter(|f| f.reason == "low").count();
+    let missing = c.flagged.len() - low;
+    writeln!(
+        md,
+        "\nGH Archive hours {} to {}: {} ingested, {} complete, {} without a baseline yet \
+         (too few earlier weeks), {} far below the same hour of earlier weeks, {} missing.",
+        c.first_hour.as_deref().unwrap_or("-"),
+        c.last_hour.as_deref().unwrap_or("-"),
+        c.hours_ingested,
+        c.complete,
+        c.no_baseline,
+        low,
+        missing
+    )?;
+    if !c.flagged.is_empty() {
+        writeln!(md, "\n| hour | flag | events | baseline |\n|---|---|---|---|")?;
+        const SHOWN: usize = 50;
+        for f in c.flagged.iter().take(SHOWN) {
+            let baseline = f.baseline.map_or("-".to_string(), |b| format!("{b:.0}"));
+            writeln!(md, "| {} | {} | {} | {} |", f.hour, f.reason, f.events, baseline)?;
+        }
+        if c.flagged.len() > SHOWN {
+            writeln!(md, "\n({} more: `swelake status --json` lists them all.)", c.flagged.len() - SHOWN)?;
+        }
+    }
+    Ok(())
 }
 
 /// Writes `card.md` and its charts into `opts.out`.
@@ -140,6 +192,7 @@ pub async fn run(lake: &Lake, opts: &ReportOptions) -> Result<ReportSummary> {
             writeln!(md, "| `{k}` | {v} |")?;
         }
     }
+    write_sources(lake, &ctx, opts, &mut md).await?;
     let card = out.join("card.md");
     std::fs::write(&card, md)?;
     Ok(ReportSummary { card, charts })

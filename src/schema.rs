@@ -49,6 +49,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("rollouts", include_str!("../schemas/rollouts.toml")),
     ("pr_timeline", include_str!("../schemas/pr_timeline.toml")),
     ("pull_requests", include_str!("../schemas/pull_requests.toml")),
+    ("pr_git_facts", include_str!("../schemas/pr_git_facts.toml")),
     ("issues", include_str!("../schemas/issues.toml")),
     ("pr_issue_links", include_str!("../schemas/pr_issue_links.toml")),
     ("pr_files", include_str!("../schemas/pr_files.toml")),

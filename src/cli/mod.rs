@@ -6,7 +6,7 @@ mod bench;
 mod train;
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -75,7 +75,10 @@ Examples:
   swelake run pull_requests --lake lake                # and pr_timeline before it
   swelake run --all --lake lake --source data/gharchive   # ingest new hours first
   swelake run pr_timeline --lake lake --since 2025-01-01 --until 2025-01-31
-  swelake run snapshots --lake lake --repo-url 'file:///srv/mirrors/{repo}.git' --repos o/a,o/b")]
+  swelake run snapshots --lake lake --repo-url 'file:///srv/mirrors/{repo}.git' --repos o/a,o/b
+  swelake run --all --lake lake --repos-file repos.txt --repo-url 'https://github.com/{repo}.git'
+                                                       # PRs from git alone, no archive
+  swelake run --all --lake lake --source data/gharchive --repo-url ... --discover-from-git")]
     Run(RunArgs),
     /// What state a lake is in: per job its watermark, pending partitions and last run; per
     /// table its version, files, bytes, small files, last compaction and checkpoint; leases held.
@@ -131,6 +134,9 @@ Examples:
         /// Directory for card.md and the charts.
         #[arg(long)]
         out: PathBuf,
+        /// Curation config whose [completeness] section judges the archive's hours.
+        #[arg(long)]
+        config: Option<PathBuf>,
     },
     /// Measure relevant-file rankers leave-one-out: hide one changed file, rank it among the
     /// repository's files from the change's text and its other changed paths.
@@ -240,6 +246,15 @@ struct RunArgs {
     /// Snapshot only these repositories (comma-separated owner/name).
     #[arg(long, value_delimiter = ',')]
     repos: Vec<String>,
+    /// The lake's repositories, one owner/name per line (# comments): they are mirrored and
+    /// their merged PRs found in git (prs_from_git), with or without GH Archive. Needs
+    /// --repo-url.
+    #[arg(long, value_name = "FILE", requires = "repo_url")]
+    repos_file: Option<PathBuf>,
+    /// Also find merged PRs in git for a lake fed by GH Archive (merge commits, squash merges,
+    /// refs/pull/N/head), which misses most of them since 2025-05. Also `[discovery] from_git`.
+    #[arg(long)]
+    discover_from_git: bool,
     /// Directory of the bare git mirrors kept between runs [default: ~/.cache/swelake/mirrors].
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -447,6 +462,29 @@ fn default_jobs() -> usize {
     std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
 }
 
+/// The repositories of a `--repos-file`: one `owner/name` per line; blank lines and `#`
+/// comments are skipped; anything else is an error that names the line.
+fn read_repos_file(path: &Path) -> Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading --repos-file {}", path.display()))?;
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let l = line.split('#').next().unwrap_or("").trim();
+        if l.is_empty() {
+            continue;
+        }
+        let ok = l.split('/').count() == 2
+            && l.split('/').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)));
+        if !ok {
+            bail!("{}:{}: {l:?} is not a repository (owner/name)", path.display(), i + 1);
+        }
+        out.push(l.to_string());
+    }
+    if out.is_empty() {
+        bail!("--repos-file {} names no repository", path.display());
+    }
+    Ok(out)
+}
+
 fn parse_key_value(s: &str) -> std::result::Result<(String, String), String> {
     match s.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
@@ -652,6 +690,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             }
             let lake = open(a.lake.as_deref().expect("clap requires --lake"))?;
             let wanted: Vec<String> = if a.all { registry.jobs.keys().cloned().collect() } else { a.jobs.clone() };
+            let curation = crate::jobs::CurationConfig::load(a.config.as_deref())?;
+            let mut repos = a.repos.clone();
+            if let Some(f) = &a.repos_file {
+                repos.extend(read_repos_file(f)?);
+                repos.sort();
+                repos.dedup();
+            }
+            let discover_prs = a.repos_file.is_some() || a.discover_from_git || curation.discovery.from_git;
             let opts = crate::jobs::RunOptions {
                 since: a.since,
                 until: a.until,
@@ -664,13 +710,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 }),
                 git: a.repo_url.map(|url| crate::jobs::GitOptions {
                     mirrors: crate::git::Mirrors::new(url, a.cache_dir.unwrap_or_else(crate::git::default_cache_dir)),
-                    repos: (!a.repos.is_empty()).then_some(a.repos),
+                    repos: (!repos.is_empty()).then_some(repos),
                     max_blob_bytes: a.max_blob_bytes,
                     force: a.force,
                     threads: default_jobs(),
+                    discover_prs,
                 }),
                 all: a.all,
-                curation: crate::jobs::CurationConfig::load(a.config.as_deref())?,
+                curation,
                 lease_wait: a.wait_for_lease,
                 show_progress: !quiet && !a.json,
             };
@@ -787,9 +834,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             tracing::info!(lines = s.lines, "scored");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Report { lake, out } => {
+        Command::Report { lake, out, config } => {
             let lake = open(&lake)?;
-            let s = crate::report::run(&lake, &crate::report::ReportOptions { out }).await?;
+            let completeness = crate::jobs::CurationConfig::load(config.as_deref())?.completeness;
+            let s = crate::report::run(&lake, &crate::report::ReportOptions { out, completeness }).await?;
             println!("wrote {}", s.card.display());
             Ok(ExitCode::SUCCESS)
         }

@@ -30,11 +30,35 @@ pub struct FilterConfig {
     pub max_changed_lines: i64,
     pub min_issue_chars: i64,
     pub require_linked_issue: bool,
+    /// Whether a PR without a known issue text becomes an instance with its own title and
+    /// body as the problem statement: `never`, `with_issue_ref` (it must reference an issue,
+    /// whose text the lake lacks: PRs found in git, issues outside the ingested range) or
+    /// `always`.
+    pub pr_text_problems: PrTextProblems,
     pub bot_accounts: Vec<String>,
     pub bot_login_patterns: Vec<String>,
     pub bot_words: Vec<String>,
     pub noise_paths: Vec<String>,
     pub decontaminate: Vec<String>,
+}
+
+/// See [`FilterConfig::pr_text_problems`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PrTextProblems {
+    Never,
+    WithIssueRef,
+    Always,
+}
+
+impl PrTextProblems {
+    fn name(self) -> &'static str {
+        match self {
+            PrTextProblems::Never => "never",
+            PrTextProblems::WithIssueRef => "with_issue_ref",
+            PrTextProblems::Always => "always",
+        }
+    }
 }
 
 impl Default for FilterConfig {
@@ -54,6 +78,7 @@ pub fn register_sql(ctx: &SessionContext, config: &FilterConfig) -> anyhow::Resu
         ("max_changed_lines", Arc::new(Int64Array::from(vec![f.max_changed_lines]))),
         ("min_issue_chars", Arc::new(Int64Array::from(vec![f.min_issue_chars]))),
         ("require_linked_issue", Arc::new(BooleanArray::from(vec![f.require_linked_issue]))),
+        ("pr_text_problems", Arc::new(StringArray::from(vec![f.pr_text_problems.name()]))),
     ])?;
     ctx.register_batch("config_filters", thresholds)?;
     let repos = RecordBatch::try_from_iter(vec![(

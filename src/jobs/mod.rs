@@ -41,7 +41,17 @@ pub struct CurationConfig {
     pub relevance: RelevanceConfig,
     pub seed: SeedConfig,
     /// How `status` and `report` judge whether the archive's hours are complete.
-    pub completeness: crate::ingest::completeness::CompletenessConfig,
+    pub completeness: crate::lake::hours::CompletenessConfig,
+    /// Where merged PRs are found.
+    pub discovery: DiscoveryConfig,
+}
+
+/// The `[discovery]` section: where merged PRs are found besides the archive.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DiscoveryConfig {
+    /// Read merged PRs from git too (the prs_from_git job) for a lake fed by the archive.
+    pub from_git: bool,
 }
 
 impl CurationConfig {
@@ -55,6 +65,7 @@ impl CurationConfig {
             relevance: crate::config::section(&merged, "relevance").with_context(|| origin.clone())?,
             seed: crate::config::section(&merged, "seed").with_context(|| origin.clone())?,
             completeness: crate::config::section(&merged, "completeness").with_context(|| origin.clone())?,
+            discovery: crate::config::section(&merged, "discovery").with_context(|| origin.clone())?,
         })
     }
 
@@ -91,6 +102,8 @@ pub enum Step {
     Relevance,
     /// The seed dataset.
     Seed,
+    /// Merged PRs read from git (needs the repositories, and discovery on).
+    PrsFromGit,
 }
 
 impl Step {
@@ -102,6 +115,7 @@ impl Step {
             Step::Snapshots => "snapshots",
             Step::Relevance => "relevance",
             Step::Seed => "seed",
+            Step::PrsFromGit => "prs_from_git",
         }
     }
 
@@ -116,6 +130,9 @@ impl Step {
                 (crate::relevance::OUTPUTS.to_vec(), col(crate::relevance::PARTITION_KEY), Some(Section::Relevance))
             }
             Step::Seed => (crate::seed::OUTPUTS.to_vec(), Partitioning::Whole, Some(Section::Seed)),
+            Step::PrsFromGit => {
+                (crate::prs::from_git::OUTPUTS.to_vec(), col(crate::prs::from_git::PARTITION_KEY), None)
+            }
         })
     }
 }
@@ -208,7 +225,8 @@ impl JobFile {
             "snapshots" => Step::Snapshots,
             "relevance" => Step::Relevance,
             "seed" => Step::Seed,
-            other => bail!("unknown step `{other}` (known: sql, ingest, snapshots, relevance, seed)"),
+            "prs_from_git" => Step::PrsFromGit,
+            other => bail!("unknown step `{other}` (known: sql, ingest, prs_from_git, snapshots, relevance, seed)"),
         };
         let mut config = self.config;
         if let Some((outputs, unit, section)) = step.contract() {
@@ -263,6 +281,7 @@ const EMBEDDED_JOBS: &[(&str, &str)] = &[
     ("ingest", include_str!("../../jobs/ingest.toml")),
     ("pr_timeline", include_str!("../../jobs/pr_timeline.toml")),
     ("issues", include_str!("../../jobs/issues.toml")),
+    ("prs_from_git", include_str!("../../jobs/prs_from_git.toml")),
     ("pull_requests", include_str!("../../jobs/pull_requests.toml")),
     ("pr_issue_links", include_str!("../../jobs/pr_issue_links.toml")),
     ("snapshots", include_str!("../../jobs/snapshots.toml")),
@@ -390,11 +409,14 @@ pub struct GitOptions {
     pub force: bool,
     /// Repositories (snapshots) or encoder threads (relevance) at once.
     pub threads: usize,
+    /// Find merged PRs in git too (the prs_from_git job): `--discover-from-git`, the
+    /// `[discovery]` config, or always with `--repos-file`.
+    pub discover_prs: bool,
 }
 
 impl GitOptions {
     pub fn new(mirrors: Mirrors) -> GitOptions {
-        GitOptions { mirrors, repos: None, max_blob_bytes: 1 << 20, force: false, threads: 2 }
+        GitOptions { mirrors, repos: None, max_blob_bytes: 1 << 20, force: false, threads: 2, discover_prs: false }
     }
 }
 
@@ -503,6 +525,28 @@ impl From<crate::snapshots::SnapshotSummary> for JobSummary {
         let mut partitions = s.repos_processed.clone();
         partitions.sort();
         JobSummary { partitions, rows_out: s.files as u64, notes, ..Default::default() }
+    }
+}
+
+impl From<crate::prs::from_git::GitPrSummary> for JobSummary {
+    fn from(s: crate::prs::from_git::GitPrSummary) -> JobSummary {
+        let mut notes = BTreeMap::from([
+            ("repos_unchanged".to_string(), s.repos_unchanged as i64),
+            ("commits_read".to_string(), s.commits as i64),
+            ("prs_found".to_string(), s.prs as i64),
+            ("prs_new_or_changed".to_string(), s.prs_new_or_changed as i64),
+            ("numbers_claimed_twice".to_string(), s.ambiguous as i64),
+        ]);
+        for (k, v) in &s.prs_by_kind {
+            notes.insert(format!("kind:{k}"), *v as i64);
+        }
+        for (k, v) in &s.failures_by_reason {
+            notes.insert(format!("failed:{k}"), *v as i64);
+        }
+        if s.commits > 0 {
+            notes.insert("ms_per_1000_commits".to_string(), (s.scan_seconds * 1e6 / s.commits as f64).round() as i64);
+        }
+        JobSummary { partitions: s.repos_scanned, rows_out: s.prs as u64, notes, ..Default::default() }
     }
 }
 
@@ -661,6 +705,26 @@ async fn run_one(
                         let work = crate::relevance::run(lake, &ro);
                         JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
                     }
+                    None => needs("--repo-url", "where the git repositories are")?,
+                },
+                Step::PrsFromGit => match &opts.git {
+                    Some(g) if g.discover_prs || explicitly.contains(&name) => {
+                        let o = crate::prs::from_git::GitPrOptions {
+                            mirrors: g.mirrors.clone(),
+                            repos: g.repos.clone(),
+                            force: g.force,
+                            threads: g.threads,
+                            show_progress: opts.show_progress,
+                        };
+                        let keys = g.repos.clone().unwrap_or_else(|| vec!["__all__".to_string()]);
+                        let work = crate::prs::from_git::run(lake, &o);
+                        JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
+                    }
+                    Some(_) => JobSummary::skipped(
+                        &name,
+                        "finding PRs in git is off for lakes fed by the archive (--discover-from-git or \
+                         [discovery] from_git = true; always on with --repos-file)",
+                    ),
                     None => needs("--repo-url", "where the git repositories are")?,
                 },
                 Step::Seed => {

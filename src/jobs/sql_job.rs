@@ -137,18 +137,24 @@ pub async fn run(
 ) -> Result<JobSummary> {
     let mut summary = JobSummary { job: job.name.clone(), ..Default::default() };
     let input = step.driving_input.as_str();
-    if !lake.has_table(input).await? {
+    let input_table = if lake.has_table(input).await? {
+        Some(lake.open_table(input).await?)
+    } else if job.optional_inputs.iter().any(|o| o == input) {
+        // A lake without this input (PRs from git alone, no archive): no partitions, and the
+        // job runs when `also_due_when` says so.
+        None
+    } else {
         summary.skipped_reason = Some(format!("its input table `{input}` does not exist yet"));
         return Ok(summary);
-    }
-    let input_table = lake.open_table(input).await?;
-    let parts = match &job.partitioning {
+    };
+    let parts = match (&job.partitioning, &input_table) {
         // The job reads its inputs as a whole: one "partition", fingerprinted by the files of
         // every input that exists and by the config section it reads.
-        Partitioning::Whole => {
+        (Partitioning::Whole, _) => {
             BTreeMap::from([("__all__".to_string(), super::whole_fingerprint(lake, job, opts).await?)])
         }
-        Partitioning::Column(pk) => partition_fingerprints(&input_table, pk)?,
+        (Partitioning::Column(pk), Some(t)) => partition_fingerprints(t, pk)?,
+        (Partitioning::Column(_), None) => BTreeMap::new(),
     };
     let done = runs::latest_ok(lake, &job.name).await?;
     let todo: Vec<(String, String)> = parts
@@ -193,7 +199,7 @@ pub async fn run(
         if todo.is_empty() && !due_anyway {
             return Ok(summary);
         }
-        run_held(lake, registry, job, step, &ctx, &input_table, todo, due_anyway, summary).await
+        run_held(lake, registry, job, step, &ctx, input_table.as_ref(), todo, due_anyway, summary).await
     })
     .await
 }
@@ -206,7 +212,7 @@ async fn run_held(
     job: &JobSpec,
     step: &SqlStep,
     ctx: &SessionContext,
-    input_table: &deltalake::DeltaTable,
+    input_table: Option<&deltalake::DeltaTable>,
     todo: Vec<(String, String)>,
     due_anyway: bool,
     mut summary: JobSummary,
@@ -218,6 +224,7 @@ async fn run_held(
         Partitioning::Whole => "true".to_string(),
         Partitioning::Column(_) if summary.partitions.is_empty() => "false".to_string(),
         Partitioning::Column(pk) => {
+            let input_table = input_table.context("partitions of an input that does not exist")?;
             let input_schema = input_table.snapshot()?.snapshot().arrow_schema();
             let date = matches!(input_schema.field_with_name(pk).map(|f| f.data_type()), Ok(DataType::Date32));
             let list: Vec<String> =
@@ -265,6 +272,7 @@ async fn run_held(
         // that `job_last_run` moves on.
         records.push(RunRecord::ok(&job.name, "__also_due", 0, rows, 0, version, json!({"output": output})));
         summary.notes.insert("run_because_also_due".into(), 1);
+        summary.partitions.push("__also_due".into());
     }
     runs::record_all(lake, &records).await?;
 

@@ -21,6 +21,7 @@
 
 pub mod blobs;
 pub mod commit;
+pub mod hours;
 pub mod lease;
 pub mod maintain;
 pub mod runs;
@@ -243,6 +244,24 @@ impl Lake {
         let existing = table.snapshot()?.snapshot().arrow_schema();
         let have: Vec<&str> = existing.fields().iter().map(|f| f.name().as_str()).collect();
         let want: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+        if have.len() < want.len() && want[..have.len()] == have[..] {
+            // A newer version added columns at the end: add them to the table (Delta adds
+            // columns as nullable; old rows read NULL), so an older lake keeps working.
+            let added: Vec<&arrow::datatypes::Field> =
+                schema.fields()[have.len()..].iter().map(|f| f.as_ref()).collect();
+            let nullable: Vec<arrow::datatypes::Field> =
+                added.iter().map(|f| arrow::datatypes::Field::new(f.name(), f.data_type().clone(), true)).collect();
+            let kernel: StructType =
+                (&Schema::new(nullable)).try_into_kernel().with_context(|| format!("the new columns of `{name}`"))?;
+            let fields: Vec<_> = kernel.fields().cloned().collect();
+            tracing::info!(table = name, columns = ?added.iter().map(|f| f.name()).collect::<Vec<_>>(), "adding new columns to an older table");
+            let table = table
+                .add_columns()
+                .with_fields(fields)
+                .await
+                .with_context(|| format!("adding the new columns of `{name}`"))?;
+            return Ok(table);
+        }
         if have != want {
             bail!(
                 "table `{name}` has columns {have:?} but this version of swelake writes {want:?}; \

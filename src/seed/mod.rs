@@ -69,6 +69,8 @@ pub struct Instance {
     pub repo_name: String,
     pub pr_number: i64,
     pub problem_statement: String,
+    /// `issue` or `pr_text`.
+    pub problem_source: String,
     pub context: BTreeMap<String, String>,
     pub oracle: BTreeMap<String, String>,
     pub oracle_patch: String,
@@ -398,6 +400,7 @@ pub async fn build(lake: &Lake, cfg: &SeedConfig) -> Result<(Vec<Instance>, Vec<
             repo_name: x.repo_name.clone(),
             pr_number: x.pr_number,
             problem_statement: problem,
+            problem_source: if x.issues.is_empty() { "pr_text" } else { "issue" }.to_string(),
             context: full_context,
             oracle,
             oracle_patch: patches.join(""),
@@ -509,6 +512,7 @@ pub fn to_batch(instances: &[Instance]) -> Result<RecordBatch> {
         s(&|_| "software_engineering".to_string()),
         Arc::new(rm.finish()),
         Arc::new(extra.finish()),
+        s(&|i| i.problem_source.clone()),
     ];
     Ok(RecordBatch::try_new(seed_schema(), cols)?)
 }

@@ -24,7 +24,8 @@ async fn put(lake: &Lake, table: &str, rows: &[Value]) {
 
 fn pr(repo: &str, n: i64, title: &str, author: &str, kind: &str, merged: Option<bool>) -> Value {
     json!({"repo_name": repo, "number": n, "title": title, "body": "A change.", "author_login": author, "author_type": kind,
-           "merged": merged, "merge_source": "pull_request_event", "metadata_source": "pull_request_event", "timeline_events": 1})
+           "merged": merged, "merge_source": "pull_request_event", "metadata_source": "pull_request_event", "timeline_events": 1,
+           "discovery_source": "gh_archive"})
 }
 
 fn file(repo: &str, n: i64, path: &str, lines: i64, patch: &str, language: Option<&str>) -> Value {
@@ -56,13 +57,25 @@ async fn one_pr_per_reason_code_and_people_who_look_like_bots() {
         (pr("django/django", 14, "Fix crash", "mira", "User", Some(true)), vec!["decontaminated"]),
         (pr(r, 15, "Fix crash", "mira", "User", Some(true)), vec!["no_linked_issue"]),
         (pr(r, 16, "Fix crash", "mira", "User", Some(true)), vec!["issue_text_too_short"]),
-        (pr(r, 17, "Fix crash", "mira", "User", Some(true)), vec!["not_snapshotted"]),
-        (pr(r, 18, "Fix crash", "mira", "User", Some(true)), vec!["snapshot_failed"]),
+        // Not snapshotted (or failed) and not in a timeline: the links job has not read their
+        // texts.
+        (pr(r, 17, "Fix crash", "mira", "User", Some(true)), vec!["no_linked_issue", "not_snapshotted"]),
+        (pr(r, 18, "Fix crash", "mira", "User", Some(true)), vec!["no_linked_issue", "snapshot_failed"]),
         (pr(r, 19, "Fix crash", "mira", "User", None), vec!["not_merged"]),
+        // Linked issues without text in the lake: the PR's own text is judged.
+        (pr(r, 20, "Fix crash", "mira", "User", Some(true)), vec!["pr_text_too_short"]),
+        (
+            {
+                let mut p = pr(r, 21, "Fix crash on empty input", "mira", "User", Some(true));
+                p["body"] = json!("run([]) raised IndexError; it returns an empty list now.");
+                p
+            },
+            vec![],
+        ),
     ];
     prs.sort_by_key(|p| p.0["number"].as_i64());
     let mut files = Vec::new();
-    for n in [1, 2, 3, 4, 5, 6, 7, 10, 15, 16, 17, 18, 19] {
+    for n in [1, 2, 3, 4, 5, 6, 7, 10, 15, 16, 17, 18, 19, 20, 21] {
         files.push(code(n));
     }
     files.push(file("django/django", 14, "src/m14.py", 3, "@@ -1 +1 @@\n-a = 1\n+a = 2\n", Some("Python")));
@@ -82,16 +95,20 @@ async fn one_pr_per_reason_code_and_people_who_look_like_bots() {
         Some("Python"),
     ));
     let mut snaps = Vec::new();
-    let mut links = Vec::new();
-    for (p, _) in &prs {
-        let (repo, n) = (p["repo_name"].as_str().unwrap(), p["number"].as_i64().unwrap());
+    // The links are found by the pr_issue_links job in the PRs' bodies (PR 15 references none).
+    for (p, _) in prs.iter_mut() {
+        let (repo, n) = (p["repo_name"].as_str().unwrap().to_string(), p["number"].as_i64().unwrap());
         if n != 17 {
             snaps.push(json!({"repo_name": repo, "pr_number": n, "status": if n == 18 { "error" } else { "ok" }, "base_sha": "a",
                               "head_sha": "h", "files": 1, "commits": 1, "snapshotted_at": "2025-01-01T00:00:00Z"}));
         }
+        let issue = match n {
+            16 => 900,
+            20 | 21 => 901,
+            _ => 100,
+        };
         if n != 15 {
-            links.push(json!({"repo_name": repo, "pr_number": n, "issue_repo_name": repo, "issue_number": if n == 16 { 900 } else { 100 },
-                              "keyword": "fixes", "source": "body", "mentions": 1}));
+            p["body"] = json!(format!("{} Fixes #{issue}", p["body"].as_str().unwrap()));
         }
     }
     let issues = vec![
@@ -105,7 +122,6 @@ async fn one_pr_per_reason_code_and_people_who_look_like_bots() {
     put(&lake, "pull_requests", &prs.iter().map(|p| p.0.clone()).collect::<Vec<_>>()).await;
     put(&lake, "pr_files", &files).await;
     put(&lake, "pr_snapshots", &snaps).await;
-    put(&lake, "pr_issue_links", &links).await;
     put(&lake, "issues", &issues).await;
 
     let registry = Registry::load(None, None).unwrap();
@@ -126,13 +142,17 @@ async fn one_pr_per_reason_code_and_people_who_look_like_bots() {
     }
     assert_eq!(
         count(&lake, "SELECT count(*) FROM pr_quality WHERE keep").await,
-        3,
-        "1, 5 (talbot) and 7 (abbott, \"bumpy\")"
+        4,
+        "1, 5 (talbot), 7 (abbott, \"bumpy\") and 21 (its own text)"
+    );
+    assert_eq!(
+        pairs(&lake, "SELECT problem_source, count(*) FROM pr_quality WHERE keep GROUP BY 1 ORDER BY 1").await,
+        vec![("issue".to_string(), 3), ("pr_text".to_string(), 1)]
     );
     assert_eq!(count(&lake, "SELECT count(*) FROM pr_quality WHERE NOT keep AND cardinality(reasons) = 0").await, 0);
     // The job prints its counts per reason.
     assert_eq!(filters.notes["reason:no_code_change"], 2);
-    assert_eq!(filters.notes["kept"], 3);
+    assert_eq!(filters.notes["kept"], 4);
     // Nothing changed: nothing to do.
     let again =
         run(&lake, &registry, &["filters".to_string()], &RunOptions { all: true, ..Default::default() }).await.unwrap();
@@ -323,12 +343,19 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
     }
 
     // The dataset card.
-    let card = swelake::report::run(&lake, &swelake::report::ReportOptions { out: dir.path().join("card") })
-        .await
-        .unwrap()
-        .card;
+    let card = swelake::report::run(
+        &lake,
+        &swelake::report::ReportOptions { out: dir.path().join("card"), completeness: Default::default() },
+    )
+    .await
+    .unwrap()
+    .card;
     let text = std::fs::read_to_string(&card).unwrap();
     assert!(text.contains("bot_author") && text.contains("![languages](languages.png)"));
+    // Where the data came from: the PRs' source, the problem statements', the archive's hours.
+    assert!(text.contains("## Sources") && text.contains("| merged PRs found in gh_archive |"), "{text}");
+    assert!(text.contains("instances whose problem statement is issue"), "{text}");
+    assert!(text.contains("GH Archive hours ") && text.contains(" ingested, "), "{text}");
     for png in [
         "rejections.png",
         "files_per_pr.png",
