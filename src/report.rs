@@ -51,6 +51,68 @@ fn stats(values: &[f64]) -> String {
     format!("min {:.0}, median {:.0}, p90 {:.0}, max {:.0}", v[0], q(0.5), q(0.9), v[v.len() - 1])
 }
 
+/// How merged PRs become instances, step by step with the main reasons lost at each, and the
+/// same per repository: what a trainer judges a dataset's coverage by.
+async fn write_funnel(ctx: &SessionContext, md: &mut String) -> Result<()> {
+    const TOP: usize = 5;
+    let one = |sql: &'static str| async move { counts(ctx, sql).await.map(|v| v.first().map_or(0, |x| x.1)) };
+    let merged = one("SELECT 'n', count(*) FROM pull_requests WHERE merged").await?;
+    let snapshotted = one(
+        "SELECT 'n', count(*) FROM pull_requests p JOIN pr_snapshots s ON s.repo_name = p.repo_name AND s.pr_number = p.number \
+         WHERE p.merged AND s.status = 'ok'",
+    )
+    .await?;
+    let kept = one("SELECT 'n', count(*) FROM pr_quality WHERE keep").await?;
+    let instances = one("SELECT 'n', count(*) FROM rl_seed").await?;
+    let snapshot_reasons = counts(
+        ctx,
+        "SELECT coalesce(s.reason, 'not snapshotted'), count(*) AS n FROM pull_requests p \
+         LEFT JOIN pr_snapshots s ON s.repo_name = p.repo_name AND s.pr_number = p.number \
+         WHERE p.merged AND (s.status IS NULL OR s.status <> 'ok') GROUP BY 1 ORDER BY n DESC, 1",
+    )
+    .await?;
+    // Each rejected PR counted once, by its first reason (reasons are sorted by name).
+    let filter_reasons = counts(
+        ctx,
+        "SELECT q.reasons[1], count(*) AS n FROM pr_quality q JOIN pr_snapshots s \
+         ON s.repo_name = q.repo_name AND s.pr_number = q.pr_number AND s.status = 'ok' \
+         WHERE NOT q.keep GROUP BY 1 ORDER BY n DESC, 1",
+    )
+    .await?;
+    let seed_reasons =
+        counts(ctx, "SELECT reason, count(*) AS n FROM seed_rejections GROUP BY 1 ORDER BY n DESC, 1").await?;
+    let top = |v: &[(String, u64)]| {
+        if v.is_empty() {
+            return "-".to_string();
+        }
+        v.iter().take(TOP).map(|(k, n)| format!("`{k}` {n}")).collect::<Vec<_>>().join(", ")
+    };
+    writeln!(
+        md,
+        "\n## Funnel\n\n| step | PRs | lost at this step (each PR under its first reason code) |\n|---|---|---|"
+    )?;
+    writeln!(md, "| merged | {merged} | |")?;
+    writeln!(md, "| snapshotted from git | {snapshotted} | {} |", top(&snapshot_reasons))?;
+    writeln!(md, "| kept by the filters | {kept} | {} |", top(&filter_reasons))?;
+    writeln!(md, "| seed instances | {instances} | {} |", top(&seed_reasons))?;
+    let per_repo: Vec<(String, i64, i64, i64)> = crate::query::rows(
+        ctx,
+        "WITH m AS (SELECT repo_name, count(*) AS merged FROM pull_requests WHERE merged GROUP BY 1), \
+              k AS (SELECT repo_name, count(*) AS kept FROM pr_quality WHERE keep GROUP BY 1), \
+              i AS (SELECT repo_name, count(*) AS instances FROM rl_seed GROUP BY 1) \
+         SELECT m.repo_name, m.merged, coalesce(k.kept, 0), coalesce(i.instances, 0) FROM m \
+         LEFT JOIN k ON k.repo_name = m.repo_name LEFT JOIN i ON i.repo_name = m.repo_name \
+         ORDER BY 4 DESC, 2 DESC, 1 LIMIT 30",
+    )
+    .await
+    .context("report query: the funnel per repository")?;
+    writeln!(md, "\n| repository | merged | kept | instances |\n|---|---|---|---|")?;
+    for (r, m, k, i) in &per_repo {
+        writeln!(md, "| {r} | {m} | {k} | {i} |")?;
+    }
+    Ok(())
+}
+
 /// Where the PRs came from, and how complete the archive's hours were: a card over a stretch
 /// of GH Archive's thin hours must say so.
 async fn write_sources(lake: &Lake, ctx: &SessionContext, opts: &ReportOptions, md: &mut String) -> Result<()> {
@@ -110,7 +172,7 @@ pub async fn run(lake: &Lake, opts: &ReportOptions) -> Result<ReportSummary> {
             anyhow::bail!("no `{t}` table: run the jobs through seed first (swelake run --all ...)");
         }
     }
-    let ctx = lake.session_with(&["seed_rejections"]).await?;
+    let ctx = lake.session_with(&["seed_rejections", "pr_snapshots", "pull_requests"]).await?;
     let mut charts = Vec::new();
     let mut md = String::new();
     writeln!(md, "# Dataset card: SWE-RL seed from {}\n", lake.location())?;
@@ -193,6 +255,7 @@ pub async fn run(lake: &Lake, opts: &ReportOptions) -> Result<ReportSummary> {
         }
     }
     write_sources(lake, &ctx, opts, &mut md).await?;
+    write_funnel(&ctx, &mut md).await?;
     let card = out.join("card.md");
     std::fs::write(&card, md)?;
     Ok(ReportSummary { card, charts })

@@ -189,6 +189,8 @@ struct ChangedFile {
     patch: String,
     is_binary: bool,
     language: Option<String>,
+    old_mode: i64,
+    new_mode: i64,
 }
 
 /// A row of `sql/seed_relevant.sql`.
@@ -318,8 +320,13 @@ pub async fn build(lake: &Lake, cfg: &SeedConfig) -> Result<(Vec<Instance>, Vec<
         let mut patches = Vec::new();
         let mut changed = Vec::new();
         let mut missing = None;
-        for ChangedFile { path, old_path, status, old_blob, new_blob, patch, is_binary, .. } in &x.files {
-            if *is_binary {
+        for ChangedFile { path, old_path, status, old_blob, new_blob, patch, is_binary, old_mode, new_mode, .. } in
+            &x.files
+        {
+            // Only regular text files are shown and edited: a symlink's "content" is its target
+            // path, a submodule has none here.
+            let regular = |m: i64| m == 0 || crate::git::renames::is_regular(m as u32);
+            if *is_binary || !regular(*old_mode) || !regular(*new_mode) {
                 continue;
             }
             let old_at = old_path.clone().unwrap_or_else(|| path.clone());
@@ -355,7 +362,7 @@ pub async fn build(lake: &Lake, cfg: &SeedConfig) -> Result<(Vec<Instance>, Vec<
             continue;
         }
         if oracle.is_empty() {
-            rejected.push(reject("no_text_change", "every changed file is binary".into()));
+            rejected.push(reject("no_text_change", "every changed file is binary, a symlink or a submodule".into()));
             continue;
         }
         let mut relevant: Vec<(String, String)> = x

@@ -68,7 +68,11 @@ pub fn files_batch(rows: &[FileRow]) -> RecordBatch {
         add.append_value(r.additions as i64);
         del.append_value(r.deletions as i64);
         bin.append_value(r.is_binary);
-        lang.append_option(crate::lang::language(&p));
+        // A symlink or a submodule pointer is no code, whatever its name says; the mode after
+        // the change decides (before it, for a deletion).
+        let mode = if r.status == 'D' { r.old_mode } else { r.new_mode };
+        let regular = crate::git::renames::is_regular(mode);
+        lang.append_option(if regular { crate::lang::language(&p) } else { None });
         let (t, raw) = text_and_bytes(&r.patch);
         patch.append_value(t);
         patch_bytes.append_option(raw);

@@ -356,6 +356,12 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
     assert!(text.contains("## Sources") && text.contains("| merged PRs found in gh_archive |"), "{text}");
     assert!(text.contains("instances whose problem statement is issue"), "{text}");
     assert!(text.contains("GH Archive hours ") && text.contains(" ingested, "), "{text}");
+    // The funnel, whose figures are the tables' own.
+    let instances = count(&lake, "SELECT count(*) FROM rl_seed").await;
+    let merged = count(&lake, "SELECT count(*) FROM pull_requests WHERE merged").await;
+    assert!(text.contains(&format!("| merged | {merged} |")), "{text}");
+    assert!(text.contains(&format!("| seed instances | {instances} |")), "{text}");
+    assert!(text.contains("| repository | merged | kept | instances |"), "{text}");
     for png in [
         "rejections.png",
         "files_per_pr.png",

@@ -41,6 +41,11 @@ fn write(dir: &Path, path: &str, text: &str) {
 /// Commits everything as `who`, at `when` (seconds), with `message`.
 fn commit(dir: &Path, who: (&str, &str), when: i64, message: &str) -> String {
     git(dir, &["add", "-A"]);
+    commit_staged(dir, who, when, message)
+}
+
+/// Commits the index as it is.
+fn commit_staged(dir: &Path, who: (&str, &str), when: i64, message: &str) -> String {
     let date = format!("{when} +0000");
     let out = Command::new("git")
         .args(["-c", "commit.gpgsign=false", "commit", "-q", "-m", message])
@@ -539,4 +544,116 @@ async fn an_older_pull_requests_table_gains_the_new_columns() {
         count(&lake, "SELECT count(*) FROM pull_requests WHERE discovery_source IS NULL AND number = 1").await,
         1
     );
+}
+
+#[cfg(unix)]
+#[tokio::test(flavor = "multi_thread")]
+async fn symlinks_submodules_and_type_changes_are_git_s_and_never_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q"]);
+    let app = "def run(items):\n    return items[0]\n";
+    write(&work, "app.py", app);
+    write(&work, "tool.sh", "#!/bin/sh\necho tool\n");
+    git(&work, &["add", "-A"]);
+    let sub = |n: u8| format!("{:040x}", n);
+    git(&work, &["update-index", "--add", "--cacheinfo", &format!("160000,{},vendor/lib", sub(1))]);
+    let t0 = 1_700_000_000;
+    commit_staged(&work, BOB, t0, "Initial import");
+    let base1 = git(&work, &["rev-parse", "HEAD"]);
+
+    // PR 1: a code change, a new symlink, a file that becomes a symlink, a submodule moved on.
+    write(&work, "app.py", &app.replace("items[0]", "items[0] if items else None"));
+    std::os::unix::fs::symlink("app.py", work.join("link.py")).unwrap();
+    std::fs::remove_file(work.join("tool.sh")).unwrap();
+    std::os::unix::fs::symlink("app.py", work.join("tool.sh")).unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["update-index", "--add", "--cacheinfo", &format!("160000,{},vendor/lib", sub(2))]);
+    let head1 = commit_staged(
+        &work,
+        ALICE,
+        t0 + 100,
+        "Return None for no items (#1)\n\nrun([]) raised IndexError; it returns None now. Fixes #3",
+    );
+    // PR 2: only a symlink's target and the submodule pointer.
+    std::fs::remove_file(work.join("link.py")).unwrap();
+    std::os::unix::fs::symlink("tool.sh", work.join("link.py")).unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["update-index", "--add", "--cacheinfo", &format!("160000,{},vendor/lib", sub(3))]);
+    let head2 = commit_staged(
+        &work,
+        ALICE,
+        t0 + 200,
+        "Point the link at the tool and bump the vendored lib (#2)\n\nFixes #4, which asked for exactly this change.",
+    );
+
+    let src = dir.path().join("src").join("acme").join("links.git");
+    git(dir.path(), &["clone", "-q", "--mirror", work.to_str().unwrap(), src.to_str().unwrap()]);
+    let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
+    let registry = Registry::load(None, None).unwrap();
+    let mut g = GitOptions::new(Mirrors::new(
+        format!("{}/{{repo}}.git", dir.path().join("src").display()),
+        dir.path().join("cache"),
+    ));
+    g.repos = Some(vec!["acme/links".to_string()]);
+    g.discover_prs = true;
+    let mut curation = swelake::jobs::CurationConfig::load(None).unwrap();
+    curation.relevance.ranker = swelake::relevance::rank::Ranker::Bm25;
+    let opts = RunOptions { git: Some(g), all: true, curation, ..Default::default() };
+    let wanted: Vec<String> = registry.jobs.keys().cloned().collect();
+    run(&lake, &registry, &wanted, &opts).await.unwrap();
+
+    #[derive(Deserialize)]
+    struct F {
+        pr_number: i64,
+        status: String,
+        path: String,
+        old_path: Option<String>,
+        old_mode: i64,
+        new_mode: i64,
+        new_blob: Option<String>,
+        language: Option<String>,
+    }
+    let ctx = lake.session().await.unwrap();
+    let files: Vec<F> = swelake::query::rows(
+        &ctx,
+        "SELECT pr_number, status, path, old_path, old_mode, new_mode, new_blob, language FROM pr_files ORDER BY pr_number, path",
+    )
+    .await
+    .unwrap();
+    for (n, base, head) in [(1, &base1, &head1), (2, &head1, &head2)] {
+        let ours: BTreeSet<(String, String, Option<String>)> = files
+            .iter()
+            .filter(|f| f.pr_number == n)
+            .map(|f| (f.status.clone(), f.path.clone(), f.old_path.clone()))
+            .collect();
+        assert_eq!(ours, git_changes(&work, base, head), "PR #{n}");
+    }
+    let one = |n: i64, p: &str| files.iter().find(|f| f.pr_number == n && f.path == p).unwrap();
+    assert_eq!((one(1, "link.py").status.as_str(), one(1, "link.py").new_mode), ("A", 0o120000));
+    assert_eq!(
+        (one(1, "tool.sh").status.as_str(), one(1, "tool.sh").old_mode, one(1, "tool.sh").new_mode),
+        ("T", 0o100644, 0o120000)
+    );
+    let lib = one(1, "vendor/lib");
+    assert_eq!((lib.status.as_str(), lib.new_mode, lib.new_blob.as_deref()), ("M", 0o160000, None));
+    for p in ["link.py", "tool.sh", "vendor/lib"] {
+        assert_eq!(one(1, p).language, None, "{p} is no code");
+    }
+    assert_eq!(one(1, "app.py").language.as_deref(), Some("Python"));
+    // PR 2 changes no code; PR 1 becomes an instance that shows and edits app.py only.
+    assert_eq!(
+        count(&lake, "SELECT count(*) FROM pr_quality WHERE pr_number = 2 AND array_has(reasons, 'no_code_change')")
+            .await,
+        1
+    );
+    let seed: Vec<(String, String)> =
+        swelake::query::rows(&ctx, "SELECT instance_id, prompt[2]['content'] FROM rl_seed").await.unwrap();
+    assert_eq!(seed.len(), 1, "{seed:?}");
+    assert_eq!(seed[0].0, "acme/links#1");
+    assert!(seed[0].1.contains("app.py"), "{}", seed[0].1);
+    for p in ["link.py", "tool.sh", "vendor/lib"] {
+        assert!(!seed[0].1.contains(&format!("### {p}")), "{p} is shown in the prompt:\n{}", seed[0].1);
+    }
 }

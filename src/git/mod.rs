@@ -7,7 +7,9 @@
 
 use std::path::{Path, PathBuf};
 
-use git2::{Delta, DiffFindOptions, DiffOptions, FetchOptions, Oid, Patch, Repository, Sort};
+pub mod renames;
+
+use git2::{Delta, DiffOptions, FetchOptions, Oid, Patch, Repository, Sort};
 
 /// Why something could not be read from git; `reason` is a stable code for grouping.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,8 +200,9 @@ pub fn oid(s: &str) -> Result<Oid, GitFailure> {
     parse_oid(s)
 }
 
-/// The merge base of `base` and `head` and the files changed between it and `head`,
-/// with git's default rename detection (50% similarity).
+/// The merge base of `base` and `head` and the files changed between it and `head`, as
+/// `git diff -M` reports them: git's own rename decisions ([`renames`]), type changes as `T`,
+/// submodule pointers (mode 160000, no blob) included.
 pub fn pr_changes(repo: &Repository, base: Oid, head: Oid) -> Result<(Oid, Vec<FileChange>), GitFailure> {
     let mb = repo
         .merge_base(base, head)
@@ -210,57 +213,153 @@ pub fn pr_changes(repo: &Repository, base: Oid, head: Oid) -> Result<(Oid, Vec<F
             .map_err(|e| GitFailure::new("corrupt_object", format!("{o}: {}", e.message())))
     };
     let (old, new) = (tree(mb)?, tree(head)?);
+    let diff_err = |e: git2::Error| GitFailure::new("diff_failed", e.message().to_string());
     let mut opts = DiffOptions::new();
-    opts.ignore_submodules(true);
-    let mut diff = repo
-        .diff_tree_to_tree(Some(&old), Some(&new), Some(&mut opts))
-        .map_err(|e| GitFailure::new("diff_failed", e.message().to_string()))?;
-    let mut find = DiffFindOptions::new();
-    find.renames(true);
-    diff.find_similar(Some(&mut find)).map_err(|e| GitFailure::new("diff_failed", e.message().to_string()))?;
-    let mut out = Vec::with_capacity(diff.deltas().len());
+    opts.ignore_submodules(false).include_typechange(true);
+    let diff = repo.diff_tree_to_tree(Some(&old), Some(&new), Some(&mut opts)).map_err(diff_err)?;
+    let mut changes: Vec<(Vec<u8>, FileChange)> = Vec::with_capacity(diff.deltas().len());
+    let (mut deleted, mut added) = (Vec::new(), Vec::new());
+    let (mut deleted_at, mut added_at) = (Vec::new(), Vec::new());
     for idx in 0..diff.deltas().len() {
         let delta = diff.get_delta(idx).expect("index within deltas");
         let status = match delta.status() {
             Delta::Added => 'A',
             Delta::Deleted => 'D',
             Delta::Modified => 'M',
-            Delta::Renamed => 'R',
-            Delta::Copied => 'C',
             Delta::Typechange => 'T',
             _ => continue,
         };
-        let old_file = delta.old_file();
-        let new_file = delta.new_file();
-        let path =
-            if status == 'D' { old_file.path_bytes() } else { new_file.path_bytes() }.unwrap_or_default().to_vec();
-        let old_path = matches!(status, 'R' | 'C').then(|| old_file.path_bytes().unwrap_or_default().to_vec());
-        let nonzero = |o: Oid| (!o.is_zero()).then_some(o);
-        let mut patch =
-            Patch::from_diff(&diff, idx).map_err(|e| GitFailure::new("diff_failed", e.message().to_string()))?;
-        let (additions, deletions, text) = match patch.as_mut() {
-            Some(p) => {
-                let (_, a, d) = p.line_stats().map_err(|e| GitFailure::new("diff_failed", e.message().to_string()))?;
-                let buf = p.to_buf().map_err(|e| GitFailure::new("diff_failed", e.message().to_string()))?;
-                (a, d, buf.to_vec())
-            }
-            None => (0, 0, Vec::new()),
+        let (of, nf) = (delta.old_file(), delta.new_file());
+        let side = |f: &git2::DiffFile| renames::Side {
+            path: f.path_bytes().unwrap_or_default().to_vec(),
+            oid: f.id(),
+            mode: u32::from(f.mode()),
         };
-        out.push(FileChange {
-            path,
-            old_path,
-            status,
-            old_blob: nonzero(old_file.id()),
-            new_blob: nonzero(new_file.id()),
-            old_mode: u32::from(old_file.mode()),
-            new_mode: u32::from(new_file.mode()),
-            additions,
-            deletions,
-            is_binary: delta.flags().is_binary(),
-            patch: text,
-        });
+        match status {
+            'D' => {
+                deleted.push(side(&of));
+                deleted_at.push(changes.len());
+            }
+            'A' => {
+                added.push(side(&nf));
+                added_at.push(changes.len());
+            }
+            _ => {}
+        }
+        let patch = Patch::from_diff(&diff, idx).map_err(diff_err)?;
+        let change = file_change(status, side(&of), side(&nf), patch, delta.flags().is_binary())?;
+        changes.push((change.path.clone(), change));
     }
-    Ok((mb, out))
+    let found =
+        renames::find(repo, &deleted, &added).map_err(|e| GitFailure::new("diff_failed", e.message().to_string()))?;
+    let mut gone = vec![false; changes.len()];
+    for r in found {
+        let (s, d) = (&deleted[r.src], &added[r.dst]);
+        let rename = rename_change(repo, s, d, r.score)?;
+        gone[deleted_at[r.src]] = true;
+        changes[added_at[r.dst]].1 = rename;
+    }
+    let mut out: Vec<(Vec<u8>, FileChange)> =
+        changes.into_iter().zip(gone).filter(|(_, g)| !g).map(|(c, _)| c).collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok((mb, out.into_iter().map(|(_, c)| c).collect()))
+}
+
+const GITLINK: u32 = 0o160000;
+
+/// A change that is not a rename, from libgit2's patch of it.
+fn file_change(
+    status: char,
+    old: renames::Side,
+    new: renames::Side,
+    patch: Option<Patch>,
+    is_binary: bool,
+) -> Result<FileChange, GitFailure> {
+    let diff_err = |e: git2::Error| GitFailure::new("diff_failed", e.message().to_string());
+    // A submodule's "blob" is a commit of another repository: there is no content here.
+    let blob = |s: &renames::Side| (!s.oid.is_zero() && s.mode != GITLINK).then_some(s.oid);
+    let (additions, deletions, text) = match patch {
+        Some(mut p) => {
+            let (_, a, d) = p.line_stats().map_err(diff_err)?;
+            (a, d, p.to_buf().map_err(diff_err)?.to_vec())
+        }
+        None => (0, 0, Vec::new()),
+    };
+    Ok(FileChange {
+        path: if status == 'D' { old.path.clone() } else { new.path.clone() },
+        old_path: None,
+        status,
+        old_blob: blob(&old),
+        new_blob: blob(&new),
+        old_mode: old.mode,
+        new_mode: new.mode,
+        additions,
+        deletions,
+        is_binary,
+        patch: text,
+    })
+}
+
+/// A rename, with a patch in `git diff -M`'s form: its header (modes, similarity, rename
+/// from/to, index) and the hunks between the two blobs.
+fn rename_change(
+    repo: &Repository,
+    s: &renames::Side,
+    d: &renames::Side,
+    score: u64,
+) -> Result<FileChange, GitFailure> {
+    let err = |e: git2::Error| GitFailure::new("diff_failed", e.message().to_string());
+    let mut header = Vec::new();
+    let (op, np) = (String::from_utf8_lossy(&s.path), String::from_utf8_lossy(&d.path));
+    header.extend_from_slice(format!("diff --git a/{op} b/{np}\n").as_bytes());
+    if s.mode != d.mode {
+        header.extend_from_slice(format!("old mode {:06o}\nnew mode {:06o}\n", s.mode, d.mode).as_bytes());
+    }
+    header.extend_from_slice(
+        format!("similarity index {}%\nrename from {op}\nrename to {np}\n", score * 100 / renames::MAX_SCORE)
+            .as_bytes(),
+    );
+    let (mut additions, mut deletions, mut is_binary) = (0, 0, false);
+    if s.oid != d.oid {
+        let short = |o: Oid| o.to_string()[..7].to_string();
+        let mode = if s.mode == d.mode { format!(" {:06o}", s.mode) } else { String::new() };
+        header.extend_from_slice(format!("index {}..{}{mode}\n", short(s.oid), short(d.oid)).as_bytes());
+        if s.mode != GITLINK && d.mode != GITLINK {
+            let (ob, nb) = (repo.find_blob(s.oid).map_err(err)?, repo.find_blob(d.oid).map_err(err)?);
+            let mut p = Patch::from_blobs(&ob, Some(Path::new(op.as_ref())), &nb, Some(Path::new(np.as_ref())), None)
+                .map_err(err)?;
+            let (_, a, dl) = p.line_stats().map_err(err)?;
+            (additions, deletions) = (a, dl);
+            is_binary = ob.is_binary() || nb.is_binary();
+            let buf = p.to_buf().map_err(err)?.to_vec();
+            // libgit2's own header lines give way to git's; its hunks (or "Binary files
+            // differ") stay.
+            let body_at = ["\n--- ", "\nBinary files "]
+                .iter()
+                .filter_map(|m| find_bytes(&buf, m.as_bytes()).map(|i| i + 1))
+                .min()
+                .unwrap_or(buf.len());
+            header.extend_from_slice(&buf[body_at..]);
+        }
+    }
+    let blob = |x: &renames::Side| (x.mode != GITLINK).then_some(x.oid);
+    Ok(FileChange {
+        path: d.path.clone(),
+        old_path: Some(s.path.clone()),
+        status: 'R',
+        old_blob: blob(s),
+        new_blob: blob(d),
+        old_mode: s.mode,
+        new_mode: d.mode,
+        additions,
+        deletions,
+        is_binary,
+        patch: header,
+    })
+}
+
+fn find_bytes(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// A commit of a PR.
