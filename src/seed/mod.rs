@@ -10,6 +10,7 @@
 //! `seed_rejections` with a reason.
 
 pub(crate) mod oracle;
+pub mod segments;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -71,6 +72,8 @@ pub struct Instance {
     pub problem_statement: String,
     /// `issue` or `pr_text`.
     pub problem_source: String,
+    /// Per file shown: `whole`, or `segments` (cut to fit the budget).
+    pub prompt_context: BTreeMap<String, String>,
     pub context: BTreeMap<String, String>,
     pub oracle: BTreeMap<String, String>,
     pub oracle_patch: String,
@@ -371,24 +374,65 @@ pub async fn build(lake: &Lake, cfg: &SeedConfig) -> Result<(Vec<Instance>, Vec<
             .filter(|r| !context.contains_key(&r.path) && !oracle.contains_key(&r.path))
             .filter_map(|r| blobs.get(&r.blob_sha).map(|c| (r.path.clone(), c.clone())))
             .collect();
-        // Fit the budget by dropping relevant files, least relevant first.
+        // Fit the budget: whole files first; then relevant files cut to the regions that match
+        // the problem; then changed files cut to their hunks' regions too (every hunk's
+        // original lines stay, so a correct SEARCH block can be written); then relevant files
+        // dropped, least relevant first.
         let seed = fnv(&format!("{}#{}", x.repo_name, x.pr_number), cfg.shuffle_seed);
-        let (user, tokens) = loop {
-            let mut shown: Vec<(&String, &String)> = context.iter().collect();
-            shown.extend(relevant.iter().map(|(p, c)| (p, c)));
+        let patches_by_path: HashMap<String, &str> =
+            x.files.iter().map(|f| (f.old_path.clone().unwrap_or_else(|| f.path.clone()), f.patch.as_str())).collect();
+        let cut_changed: BTreeMap<String, String> = context
+            .iter()
+            .map(|(p, c)| {
+                let patch = patches_by_path.get(p).copied().unwrap_or("");
+                (p.clone(), segments::cut(c, &segments::changed_regions(c, patch)))
+            })
+            .collect();
+        let mut query = segments::words(&problem);
+        for p in &changed {
+            query.extend(segments::words(p));
+        }
+        let mut cut_relevant: Vec<String> =
+            relevant.iter().map(|(_, c)| segments::cut(c, &segments::relevant_regions(c, &query))).collect();
+        let mut level = 0;
+        let (user, tokens, prompt_context) = loop {
+            let mut shown: Vec<(&String, &String)> = Vec::new();
+            let mut how: BTreeMap<String, String> = BTreeMap::new();
+            for (p, c) in &context {
+                let cut = &cut_changed[p];
+                let segmented = level >= 2 && cut != c;
+                shown.push((p, if segmented { cut } else { c }));
+                how.insert(p.clone(), if segmented { "segments" } else { "whole" }.to_string());
+            }
+            for ((p, c), cut) in relevant.iter().zip(&cut_relevant) {
+                let segmented = level >= 1 && cut != c;
+                shown.push((p, if segmented { cut } else { c }));
+                how.insert(p.clone(), if segmented { "segments" } else { "whole" }.to_string());
+            }
             crate::rng::Rng::new(seed).shuffle(&mut shown);
             let user = templates.render_user(&x.repo_name, &problem, &templates.render_files(&shown));
             let tokens = count(&tokenizer, &templates.system)? + count(&tokenizer, &user)?;
-            if tokens <= cfg.max_prompt_tokens || relevant.is_empty() {
-                break (user, tokens);
+            if tokens <= cfg.max_prompt_tokens {
+                break (user, tokens, how);
+            }
+            if level < 2 {
+                level += 1;
+                continue;
+            }
+            if relevant.is_empty() {
+                break (user, tokens, how);
             }
             relevant.pop();
+            cut_relevant.pop();
             dropped_for_budget += 1;
         };
         if tokens > cfg.max_prompt_tokens {
             rejected.push(reject(
                 "prompt_too_long",
-                format!("{tokens} tokens > {} even without relevant files", cfg.max_prompt_tokens),
+                format!(
+                    "{tokens} tokens > {} with the changed files cut to their hunks and no relevant files",
+                    cfg.max_prompt_tokens
+                ),
             ));
             continue;
         }
@@ -408,6 +452,7 @@ pub async fn build(lake: &Lake, cfg: &SeedConfig) -> Result<(Vec<Instance>, Vec<
             pr_number: x.pr_number,
             problem_statement: problem,
             problem_source: if x.issues.is_empty() { "pr_text" } else { "issue" }.to_string(),
+            prompt_context,
             context: full_context,
             oracle,
             oracle_patch: patches.join(""),
@@ -520,6 +565,7 @@ pub fn to_batch(instances: &[Instance]) -> Result<RecordBatch> {
         Arc::new(rm.finish()),
         Arc::new(extra.finish()),
         s(&|i| i.problem_source.clone()),
+        map(&|i| &i.prompt_context)?,
     ];
     Ok(RecordBatch::try_new(seed_schema(), cols)?)
 }

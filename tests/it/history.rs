@@ -147,3 +147,93 @@ async fn snapshots_of_real_merges_agree_with_git() {
         assert_eq!(same_status, compared.len(), "{name}: PRs whose statuses are git's");
     }
 }
+
+#[derive(Deserialize)]
+struct SeedFile {
+    instance_id: String,
+    patch: String,
+    old_mode: i64,
+    is_binary: bool,
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn seed_instances_of_a_real_history_show_every_hunk_and_their_oracles_score_one() {
+    let Some(history) = crate::common::history() else { return };
+    let (name, stem) = ("pallets/jinja", "pallets-jinja");
+    let dir = tempfile::tempdir().unwrap();
+    let mirror = dir.path().join("src").join(format!("{name}.git"));
+    let ok = Command::new("git")
+        .args(["-c", "init.defaultBranch=main", "clone", "--quiet", "--mirror"])
+        .arg(history.join(format!("{stem}.bundle")))
+        .arg(&mirror)
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let hour = dir.path().join("2011-04-25-18.json");
+    concatenated(&history.join(stem).join("events"), &hour);
+    let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
+    swelake::ingest::run(&lake, &quiet_ingest(&hour)).await.unwrap();
+    let registry = Registry::load(None, None).unwrap();
+    let mirrors = Mirrors::new(format!("{}/{{repo}}.git", dir.path().join("src").display()), dir.path().join("cache"));
+    let mut curation = swelake::jobs::CurationConfig::load(None).unwrap();
+    // BM25 keeps CI quick; the prompts' budget is the default's.
+    curation.relevance.ranker = swelake::relevance::rank::Ranker::Bm25;
+    let opts = RunOptions { git: Some(GitOptions::new(mirrors)), all: true, curation, ..Default::default() };
+    let wanted: Vec<String> = registry.jobs.keys().cloned().collect();
+    run(&lake, &registry, &wanted, &opts).await.unwrap();
+
+    let ctx = lake.session().await.unwrap();
+    let kept = crate::common::count(&lake, "SELECT count(*) FROM pr_quality WHERE keep").await;
+    let instances: Vec<(String, String, f64)> = swelake::query::rows(
+        &ctx,
+        "SELECT instance_id, prompt[2]['content'], extra_info['oracle_reward'] FROM rl_seed ORDER BY instance_id",
+    )
+    .await
+    .unwrap();
+    let segmented = crate::common::count(
+        &lake,
+        "SELECT count(*) FROM (SELECT instance_id FROM rl_seed WHERE array_has(map_values(prompt_context), 'segments'))",
+    )
+    .await;
+    eprintln!("{name}: {} of {kept} kept PRs are instances ({segmented} with segmented files)", instances.len());
+    assert!(instances.len() * 10 >= kept as usize * 9, "{} of {kept}", instances.len());
+    // Every hunk's original lines (its context and removed lines, read from the patch here)
+    // appear verbatim in the prompt; every oracle scores 1.0.
+    let files: Vec<SeedFile> = swelake::query::rows(
+        &ctx,
+        "SELECT s.instance_id, f.patch, f.old_mode, f.is_binary FROM pr_files f \
+         JOIN rl_seed s ON s.instance_id = concat(f.repo_name, '#', CAST(f.pr_number AS VARCHAR)) \
+         WHERE f.status <> 'A'",
+    )
+    .await
+    .unwrap();
+    let prompts: BTreeMap<&str, &str> = instances.iter().map(|(i, p, _)| (i.as_str(), p.as_str())).collect();
+    let mut hunks = 0;
+    for f in files.iter().filter(|f| !f.is_binary && f.old_mode & 0o170000 == 0o100000) {
+        let mut cur: Vec<&str> = Vec::new();
+        let mut all = Vec::new();
+        for l in f.patch.lines() {
+            if l.starts_with("@@") {
+                all.push(std::mem::take(&mut cur));
+            } else if let Some(rest) = l.strip_prefix(' ').or_else(|| l.strip_prefix('-')) {
+                if !l.starts_with("---") {
+                    cur.push(rest);
+                }
+            }
+        }
+        all.push(cur);
+        for h in all.into_iter().filter(|h| !h.is_empty()) {
+            hunks += 1;
+            assert!(
+                prompts[f.instance_id.as_str()].contains(&h.join("\n")),
+                "{}: a hunk is not in the prompt:\n{}",
+                f.instance_id,
+                h.join("\n")
+            );
+        }
+    }
+    assert!(hunks > instances.len(), "{hunks} hunks");
+    for (id, _, reward) in &instances {
+        assert_eq!(*reward, 1.0, "{id}: its oracle");
+    }
+}
