@@ -4,7 +4,6 @@
 //! their archive events.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::Command;
 
@@ -387,37 +386,6 @@ struct ExpectedFile {
     old_path: Option<String>,
 }
 
-/// PR numbers that several merges of the history's events carry (its first PRs reuse numbers
-/// of an older tracker).
-fn reused_numbers(events: &Path) -> BTreeSet<i64> {
-    let mut merges: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
-    for e in std::fs::read_dir(events).unwrap() {
-        let r =
-            std::io::BufReader::new(flate2::read::MultiGzDecoder::new(std::fs::File::open(e.unwrap().path()).unwrap()));
-        for line in r.lines() {
-            let v: serde_json::Value = serde_json::from_str(&line.unwrap()).unwrap();
-            let pr = &v["payload"]["pull_request"];
-            if let (Some(n), Some(sha)) = (pr["number"].as_i64(), pr["merge_commit_sha"].as_str()) {
-                merges.entry(n).or_default().insert(sha.to_string());
-            }
-        }
-    }
-    merges.into_iter().filter(|(_, m)| m.len() > 1).map(|(n, _)| n).collect()
-}
-
-/// The hour files of `events` as one file (one ingest commit instead of hundreds).
-fn concatenated(events: &Path, out: &Path) {
-    let mut w = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
-    let mut names: Vec<_> = std::fs::read_dir(events).unwrap().map(|e| e.unwrap().path()).collect();
-    names.sort();
-    for p in names {
-        let r = std::io::BufReader::new(flate2::read::MultiGzDecoder::new(std::fs::File::open(&p).unwrap()));
-        for line in r.lines() {
-            writeln!(w, "{}", line.unwrap()).unwrap();
-        }
-    }
-}
-
 #[derive(Deserialize, PartialEq, Debug)]
 struct ArchiveFields {
     number: i64,
@@ -456,7 +424,8 @@ async fn real_histories_give_their_merged_prs_from_git_alone_and_beside_the_arch
         let opts = RunOptions { git: Some(g), ..Default::default() };
         let expected: BTreeMap<String, Expected> =
             serde_json::from_str(&std::fs::read_to_string(history.join(&stem).join("expected.json")).unwrap()).unwrap();
-        let reused = reused_numbers(&history.join(&stem).join("events"));
+        let hour = dir.path().join("2011-04-25-18.json");
+        let reused = crate::history::concatenated(&history.join(&stem).join("events"), &hour);
 
         // From git alone: every `Merge pull request` PR, with git's changed files.
         let lake = Lake::open(dir.path().join("git-only").to_str().unwrap()).unwrap();
@@ -493,8 +462,6 @@ async fn real_histories_give_their_merged_prs_from_git_alone_and_beside_the_arch
 
         // Beside the archive: no PR twice, and the archive's fields as they were.
         let lake = Lake::open(dir.path().join("archive").to_str().unwrap()).unwrap();
-        let hour = dir.path().join("2011-04-25-18.json");
-        concatenated(&history.join(&stem).join("events"), &hour);
         swelake::ingest::run(&lake, &quiet_ingest(&hour)).await.unwrap();
         let archive_only = RunOptions::default();
         run(&lake, &registry, &["pull_requests".to_string()], &archive_only).await.unwrap();

@@ -33,7 +33,7 @@ struct ExpectedFile {
 /// hundreds keeps the test quick). Returns the PR numbers that several merges carry (the
 /// history's first PRs reuse numbers of an older tracker): which of them a PR table keeps says
 /// nothing about snapshots, so they are left out of the comparison.
-fn concatenated(events: &Path, out: &Path) -> BTreeSet<i64> {
+pub(crate) fn concatenated(events: &Path, out: &Path) -> BTreeSet<i64> {
     let mut merges: BTreeMap<i64, BTreeSet<String>> = BTreeMap::new();
     let mut w = std::io::BufWriter::new(std::fs::File::create(out).unwrap());
     let mut names: Vec<_> = std::fs::read_dir(events).unwrap().map(|e| e.unwrap().path()).collect();
