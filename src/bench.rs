@@ -758,3 +758,130 @@ mod tests {
         Ok(())
     }
 }
+
+#[derive(Debug, Clone)]
+pub struct RelevanceBenchOptions {
+    pub lake: String,
+    pub repo_name: String,
+    pub repo_url: String,
+    pub cache_dir: PathBuf,
+    /// Kept PRs ranked (spread over the repository's history).
+    pub prs: usize,
+    /// Encoder threads, both sides (and Python's).
+    pub threads: usize,
+    pub config: Option<PathBuf>,
+    pub work: PathBuf,
+}
+
+const ORT_BASELINE: &str = r#"
+import json, sys, time
+import numpy as np
+import onnxruntime as ort
+model, ids_file, threads, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+ids = json.load(open(ids_file))
+so = ort.SessionOptions()
+so.intra_op_num_threads = threads
+so.inter_op_num_threads = 1
+sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+t = time.perf_counter()
+out = [None] * len(ids)
+for s in range(0, len(order), batch):
+    b = order[s:s + batch]
+    n = max(len(ids[i]) for i in b)
+    x = np.zeros((len(b), n), dtype=np.int64)
+    m = np.zeros((len(b), n), dtype=np.int64)
+    for r, i in enumerate(b):
+        x[r, :len(ids[i])] = ids[i]
+        m[r, :len(ids[i])] = 1
+    h = sess.run(["last_hidden_state"], {"input_ids": x, "attention_mask": m, "token_type_ids": np.zeros_like(x)})[0]
+    v = (h * m[:, :, None]).sum(1) / m.sum(1, keepdims=True)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    for r, i in enumerate(b):
+        out[i] = v[r]
+dt = time.perf_counter() - t
+print(json.dumps({"chunks": len(ids), "seconds": dt}))
+"#;
+
+/// `swelake bench relevance`: the relevance stage before re-ranking against now on the same
+/// PRs (PRs/s, chunks/s, embedding cache hit rate, leave-one-out recall of both), and Python
+/// onnxruntime encoding the chunks the stage now embeds, when python3 has it.
+pub async fn relevance(a: &RelevanceBenchOptions) -> Result<()> {
+    std::fs::create_dir_all(&a.work).with_context(|| format!("creating {}", a.work.display()))?;
+    let lake = crate::lake::Lake::open(&a.lake)?;
+    let cfg = crate::jobs::CurationConfig::load(a.config.as_deref())?.relevance;
+    let mirrors = crate::git::Mirrors::new(a.repo_url.clone(), a.cache_dir.clone());
+    let repo = mirrors.open(&a.repo_name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
+    let enc = crate::relevance::encoder::Encoder::load(a.threads)?;
+    let sides = crate::relevance::bench_sides(&lake, &repo, &a.repo_name, a.prs, &cfg, &enc).await?;
+    println!(
+        "relevance of {} kept PRs of {} ({} encoder threads), each side from an empty embedding cache\n",
+        sides.first().map_or(0, |s| s.prs),
+        a.repo_name,
+        a.threads
+    );
+    println!(
+        "{:<40} {:>8} {:>8} {:>9} {:>9} {:>8}  {:>22}",
+        "", "s/PR", "PRs/s", "chunks", "chunks/s", "hit rate", "LOO recall@1/5/10"
+    );
+    for s in &sides {
+        println!(
+            "{:<40} {:>8.2} {:>8.3} {:>9} {:>9.1} {:>7.1}%  {:>6.3} {:>6.3} {:>6.3} ({} cases)",
+            s.name,
+            s.seconds / s.prs.max(1) as f64,
+            s.prs_per_second,
+            s.embedded_chunks,
+            s.chunks_per_second,
+            100.0 * s.embedding_cache_hit_rate,
+            s.loo_recall[0],
+            s.loo_recall[1],
+            s.loo_recall[2],
+            s.loo_cases
+        );
+    }
+    if let [before, now] = &sides[..] {
+        println!("\nspeed-up per PR: {:.1}x", now.prs_per_second / before.prs_per_second.max(1e-12));
+        let rust_rate = now.chunks_per_second;
+        let has_ort = Command::new("python3")
+            .args(["-c", "import onnxruntime, numpy"])
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !has_ort {
+            println!(
+                "{:<40} (python3 cannot import onnxruntime and numpy: pip install onnxruntime numpy)",
+                "python onnxruntime"
+            );
+            return Ok(());
+        }
+        // The same chunks, tokenised by swelake, so both sides run the same model on the same ids.
+        let refs: Vec<&str> = now.chunk_texts.iter().map(|s| s.as_str()).collect();
+        let ids = enc.token_ids(&refs)?;
+        let ids_file = a.work.join("chunk_ids.json");
+        std::fs::write(&ids_file, serde_json::to_vec(&ids)?)?;
+        let script = a.work.join("ort_baseline.py");
+        std::fs::write(&script, ORT_BASELINE)?;
+        let model = crate::models::fetch(&crate::models::MINILM_MODEL)?;
+        let out = Command::new("python3")
+            .arg(&script)
+            .arg(&model)
+            .arg(&ids_file)
+            .arg(a.threads.to_string())
+            .arg("32")
+            .output()
+            .context("running python3 onnxruntime")?;
+        if !out.status.success() {
+            bail!("python onnxruntime baseline failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("reading the baseline's output")?;
+        let py_rate = v["chunks"].as_f64().unwrap_or(0.0) / v["seconds"].as_f64().unwrap_or(1.0).max(1e-9);
+        println!(
+            "encoding the {} chunks: swelake {:.1} chunks/s, python onnxruntime {:.1} chunks/s (ratio {:.2})",
+            now.chunk_texts.len(),
+            rust_rate,
+            py_rate,
+            rust_rate / py_rate.max(1e-12)
+        );
+    }
+    Ok(())
+}

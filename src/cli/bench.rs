@@ -172,3 +172,46 @@ impl RewardBenchArgs {
         crate::bench::RewardBenchOptions { cases: self.cases, repeat: self.repeat, runs: self.runs, work: self.work }
     }
 }
+
+#[derive(Args, Debug)]
+pub(crate) struct RelevanceBenchArgs {
+    /// A lake with kept, snapshotted PRs (after `swelake run filters`).
+    #[arg(long)]
+    lake: String,
+    /// Repository of the lake to rank the PRs of.
+    #[arg(long)]
+    repo_name: String,
+    /// Where the lake's repositories are ({repo} = owner/name).
+    #[arg(long)]
+    repo_url: String,
+    /// Mirror cache [default: ~/.cache/swelake/mirrors].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Kept PRs to rank, spread over the repository's history.
+    #[arg(long, default_value_t = 30)]
+    prs: usize,
+    /// Encoder threads (both sides, and Python's) [default: the CPUs].
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Curation config.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Working directory (the Python baseline's script and token ids).
+    #[arg(long, default_value = "target/bench-relevance")]
+    work: PathBuf,
+}
+
+impl RelevanceBenchArgs {
+    pub(crate) fn into_options(self, default_threads: usize) -> crate::bench::RelevanceBenchOptions {
+        crate::bench::RelevanceBenchOptions {
+            lake: self.lake,
+            repo_name: self.repo_name,
+            repo_url: self.repo_url,
+            cache_dir: self.cache_dir.unwrap_or_else(crate::git::default_cache_dir),
+            prs: self.prs.max(1),
+            threads: self.threads.unwrap_or(default_threads).max(1),
+            config: self.config,
+            work: self.work,
+        }
+    }
+}

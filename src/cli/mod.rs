@@ -343,6 +343,10 @@ struct EvalRelevanceArgs {
     /// BM25 only (no ONNX model needed).
     #[arg(long)]
     bm25_only: bool,
+    /// Write every case's scaled features (learned rankers, JSON lines: variant, change,
+    /// target, reranked, x) to this file, to fit or inspect rankers outside swelake.
+    #[arg(long, value_name = "FILE")]
+    features_out: Option<PathBuf>,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -407,6 +411,9 @@ enum BenchCommand {
     Train(bench::TrainBenchArgs),
     /// Rollout ⋈ seed join and group statistics: polars lazy scan vs the parquet crate's reader.
     Rollouts(bench::RolloutsBenchArgs),
+    /// Relevance per PR before re-ranking vs now (PRs/s, chunks/s, cache hit rate, recall on
+    /// the same PRs), and Python onnxruntime encoding the same chunks (when python3 has it).
+    Relevance(bench::RelevanceBenchArgs),
 }
 
 /// Parquet codec of the files a job writes.
@@ -845,13 +852,20 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let config = crate::jobs::CurationConfig::load(a.config.as_deref())?;
             let encoder =
                 if a.bm25_only { None } else { Some(crate::relevance::encoder::Encoder::load(default_jobs())?) };
+            let mut dump = match &a.features_out {
+                Some(p) => Some(std::io::BufWriter::new(
+                    std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+                )),
+                None => None,
+            };
             let report = tokio::task::block_in_place(|| -> Result<crate::relevance::EvalReport> {
+                let out = dump.as_mut().map(|w| w as &mut dyn std::io::Write);
                 match (&a.git, &a.lake) {
                     (Some(path), _) => {
                         let repo =
                             git2::Repository::open(path).with_context(|| format!("opening {}", path.display()))?;
                         let changes = crate::relevance::cases_from_repo(&repo, a.max_commits)?;
-                        crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref())
+                        crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref(), out)
                     }
                     (None, Some(lake)) => {
                         let lake = open(lake)?;
@@ -863,7 +877,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                         let repo = mirrors.open(&name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
                         let changes = tokio::runtime::Handle::current()
                             .block_on(crate::relevance::changes_from_lake(&lake, &name))?;
-                        crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref())
+                        crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref(), out)
                     }
                     _ => bail!("give --git PATH or --lake LAKE --repo-name NAME --repo-url TEMPLATE"),
                 }
@@ -938,6 +952,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(BenchCommand::Train(a)) => {
             let opts = a.into_options();
             tokio::task::block_in_place(|| crate::train::bench::run(&opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Relevance(a)) => {
+            let opts = a.into_options(default_jobs());
+            crate::bench::relevance(&opts).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Reward(a)) => {

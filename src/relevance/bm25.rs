@@ -5,6 +5,7 @@
 //! share terms. Very short terms and digits-only terms are dropped.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 /// Terms of `text` for retrieval.
 pub fn terms(text: &str) -> Vec<String> {
@@ -39,31 +40,39 @@ pub fn terms(text: &str) -> Vec<String> {
 pub struct Bm25 {
     k1: f64,
     b: f64,
-    doc_tf: Vec<HashMap<String, u32>>,
+    doc_tf: Vec<Arc<HashMap<String, u32>>>,
     doc_len: Vec<f64>,
     avg_len: f64,
-    df: HashMap<String, u32>,
 }
 
 impl Bm25 {
     pub fn new<'a>(docs: impl IntoIterator<Item = &'a str>) -> Bm25 {
-        let mut doc_tf = Vec::new();
-        let mut doc_len = Vec::new();
-        let mut df: HashMap<String, u32> = HashMap::new();
-        for d in docs {
-            let mut tf: HashMap<String, u32> = HashMap::new();
-            let ts = terms(d);
-            doc_len.push(ts.len() as f64);
-            for t in ts {
-                *tf.entry(t).or_default() += 1;
-            }
-            for t in tf.keys() {
-                *df.entry(t.clone()).or_default() += 1;
-            }
-            doc_tf.push(tf);
+        Bm25::from_counts(
+            docs.into_iter()
+                .map(|d| {
+                    let (tf, len) = Bm25::term_counts(d);
+                    (Arc::new(tf), len)
+                })
+                .collect(),
+        )
+    }
+
+    /// Term frequencies and length of one document.
+    pub fn term_counts(doc: &str) -> (HashMap<String, u32>, f64) {
+        let mut tf: HashMap<String, u32> = HashMap::new();
+        let ts = terms(doc);
+        let len = ts.len() as f64;
+        for t in ts {
+            *tf.entry(t).or_default() += 1;
         }
+        (tf, len)
+    }
+
+    /// An index over documents already counted (shared between the indexes of many queries).
+    pub fn from_counts(docs: Vec<(Arc<HashMap<String, u32>>, f64)>) -> Bm25 {
+        let doc_len: Vec<f64> = docs.iter().map(|d| d.1).collect();
         let avg_len = if doc_len.is_empty() { 0.0 } else { doc_len.iter().sum::<f64>() / doc_len.len() as f64 };
-        Bm25 { k1: 1.2, b: 0.75, doc_tf, doc_len, avg_len, df }
+        Bm25 { k1: 1.2, b: 0.75, doc_tf: docs.into_iter().map(|d| d.0).collect(), doc_len, avg_len }
     }
 
     /// The BM25 score of every document for `query`.
@@ -73,14 +82,21 @@ impl Bm25 {
         for t in terms(query) {
             *q.entry(t).or_default() += 1;
         }
+        // Document frequencies of the query's terms only: an index serves one or two queries.
+        let idf: HashMap<&String, f64> = q
+            .keys()
+            .map(|t| {
+                let df = self.doc_tf.iter().filter(|d| d.contains_key(t)).count() as f64;
+                (t, ((n - df + 0.5) / (df + 0.5) + 1.0).ln())
+            })
+            .collect();
         (0..self.doc_tf.len())
             .map(|i| {
                 let norm = self.k1 * (1.0 - self.b + self.b * self.doc_len[i] / self.avg_len.max(1.0));
                 q.keys()
                     .map(|t| {
                         let Some(&f) = self.doc_tf[i].get(t) else { return 0.0 };
-                        let df = f64::from(*self.df.get(t).unwrap_or(&0));
-                        let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                        let idf = idf[t];
                         let f = f64::from(f);
                         idf * f * (self.k1 + 1.0) / (f + norm)
                     })

@@ -54,6 +54,12 @@ impl Encoder {
         Ok(Encoder { session: Mutex::new(session), tokenizer, max_tokens: 256, name: MODEL_NAME })
     }
 
+    /// Token ids of `texts` as the encoder sees them (truncated to `max_tokens`).
+    pub fn token_ids(&self, texts: &[&str]) -> Result<Vec<Vec<u32>>> {
+        let enc = self.tokenizer.encode_batch(texts.to_vec(), true).map_err(|e| anyhow!("tokenizing: {e}"))?;
+        Ok(enc.iter().map(|e| e.get_ids().to_vec()).collect())
+    }
+
     /// Embeds `texts` (one batch); each vector has unit length.
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>> {
         if texts.is_empty() {

@@ -10,6 +10,8 @@
 
 pub(crate) mod bm25;
 pub mod encoder;
+pub mod imports;
+pub mod learn;
 pub mod rank;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -25,7 +27,8 @@ use crate::git::{self, Mirrors};
 use crate::lake::blobs::{self, BlobRow};
 use crate::lake::Lake;
 use encoder::Encoder;
-use rank::{Candidate, Query, Ranker};
+use learn::Example;
+use rank::{Candidate, Earlier, FactsCache, Model, Query, Ranker, EMBEDDING, FEATURES, NF};
 
 pub const PR_RELEVANT_FILES: &str = "pr_relevant_files";
 pub const BLOB_EMBEDDINGS: &str = "blob_embeddings";
@@ -47,6 +50,14 @@ pub struct RelevanceConfig {
     pub max_candidate_bytes: usize,
     pub chunk_chars: usize,
     pub max_chunks: usize,
+    /// Candidates of the cheap first stage that the encoder re-ranks.
+    pub rerank: usize,
+    /// Learn the weights from the repository's earlier PRs (else the config's weights).
+    pub learn: bool,
+    /// Leave-one-out cases (the most recent) to learn from.
+    pub train_cases: usize,
+    /// Fewer cases than this: the config's weights.
+    pub min_train_cases: usize,
     pub weights: rank::Weights,
 }
 
@@ -76,7 +87,18 @@ pub struct EmbeddingCache {
     /// Texts embedded in this process, for throughput figures.
     pub embedded_texts: usize,
     pub embed_seconds: f64,
+    /// Blobs asked for that were already embedded (in this process or an earlier run).
+    pub blob_hits: usize,
+    pub blob_misses: usize,
+    /// Batch texts of similar length together (off: in file order, as before re-ranking).
+    pub batch_by_length: bool,
+    /// Keep the texts embedded (for benchmarks).
+    pub keep_texts: bool,
+    pub texts: Vec<String>,
 }
+
+/// Texts per encoder call.
+const BATCH: usize = 32;
 
 /// Chunks of a file for embedding: about `chars` characters each, cut at line ends, each
 /// headed by the path; at most `max` of them.
@@ -104,7 +126,7 @@ pub fn chunks(path: &str, content: &str, chars: usize, max: usize) -> Vec<String
 
 impl EmbeddingCache {
     pub async fn load(lake: &Lake, model: &str) -> Result<EmbeddingCache> {
-        let mut c = EmbeddingCache::default();
+        let mut c = EmbeddingCache { batch_by_length: true, ..Default::default() };
         if !lake.has_table(BLOB_EMBEDDINGS).await? {
             return Ok(c);
         }
@@ -121,41 +143,72 @@ impl EmbeddingCache {
         Ok(c)
     }
 
-    /// Makes sure every candidate's chunks are embedded (in batches), caching by blob.
-    pub fn ensure(&mut self, enc: &Encoder, candidates: &[Candidate], cfg: &RelevanceConfig) -> Result<()> {
-        let mut todo: Vec<(usize, Vec<String>)> = Vec::new();
+    /// Makes sure every candidate's chunks are embedded, caching by blob. Texts are batched
+    /// by length: a batch is padded to its longest text, and file chunks vary tenfold.
+    pub fn ensure<'c>(
+        &mut self,
+        enc: &Encoder,
+        candidates: impl IntoIterator<Item = &'c Candidate>,
+        cfg: &RelevanceConfig,
+    ) -> Result<()> {
+        let mut todo: Vec<(&'c Candidate, usize)> = Vec::new();
+        let mut texts: Vec<(usize, String)> = Vec::new();
         let mut seen = HashSet::new();
-        for (i, c) in candidates.iter().enumerate() {
-            if !self.by_blob.contains_key(&c.blob) && seen.insert(c.blob.clone()) {
-                todo.push((i, chunks(&c.path, &c.content, cfg.chunk_chars, cfg.max_chunks)));
+        for c in candidates {
+            if self.by_blob.contains_key(&c.blob) {
+                self.blob_hits += 1;
+            } else if seen.insert(c.blob.clone()) {
+                self.blob_misses += 1;
+                let ch = chunks(&c.path, &c.content, cfg.chunk_chars, cfg.max_chunks);
+                todo.push((c, ch.len()));
+                texts.extend(ch.into_iter().map(|t| (todo.len() - 1, t)));
             }
         }
-        let texts: Vec<&str> = todo.iter().flat_map(|(_, ch)| ch.iter().map(|s| s.as_str())).collect();
+        if texts.is_empty() {
+            return Ok(());
+        }
         let t = Instant::now();
-        let mut vectors = Vec::with_capacity(texts.len());
-        for batch in texts.chunks(32) {
-            vectors.extend(enc.embed(batch)?);
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        if self.batch_by_length {
+            order.sort_by_key(|&i| texts[i].1.len());
+        }
+        if self.keep_texts {
+            self.texts.extend(texts.iter().map(|t| t.1.clone()));
+        }
+        let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        for batch in order.chunks(BATCH) {
+            let refs: Vec<&str> = batch.iter().map(|&i| texts[i].1.as_str()).collect();
+            for (&i, v) in batch.iter().zip(enc.embed(&refs)?) {
+                vectors[i] = v;
+            }
         }
         self.embed_seconds += t.elapsed().as_secs_f64();
         self.embedded_texts += texts.len();
-        let mut it = vectors.into_iter();
-        for (i, ch) in todo {
-            let v: Vec<Vec<f32>> = it.by_ref().take(ch.len()).collect();
+        let mut per: Vec<Vec<Vec<f32>>> = todo.iter().map(|(_, n)| Vec::with_capacity(*n)).collect();
+        for ((owner, _), v) in texts.iter().zip(vectors) {
+            per[*owner].push(v);
+        }
+        for ((c, _), v) in todo.into_iter().zip(per) {
             let v = Arc::new(v);
-            self.by_blob.insert(candidates[i].blob.clone(), v.clone());
-            self.new.push((candidates[i].blob.clone(), v));
+            self.by_blob.insert(c.blob.clone(), v.clone());
+            self.new.push((c.blob.clone(), v));
         }
         Ok(())
     }
 
-    /// Best chunk similarity of each candidate to `query`.
-    pub fn fill_similarity(&self, candidates: &mut [Candidate], query: &[f32]) {
-        for c in candidates.iter_mut() {
-            c.embedding_similarity = self
-                .by_blob
-                .get(&c.blob)
-                .map_or(0.0, |v| v.iter().map(|x| encoder::cosine(x, query)).fold(f32::MIN, f32::max));
+    /// Share of blob lookups answered from the cache.
+    pub fn hit_rate(&self) -> f64 {
+        let all = self.blob_hits + self.blob_misses;
+        if all == 0 {
+            0.0
+        } else {
+            self.blob_hits as f64 / all as f64
         }
+    }
+
+    /// Best chunk similarity of one candidate to `query` (0 when not embedded).
+    pub fn similarity(&self, c: &Candidate, query: &[f32]) -> f32 {
+        self.by_blob.get(&c.blob).map_or(0.0, |v| v.iter().map(|x| encoder::cosine(x, query)).fold(f32::MIN, f32::max))
     }
 
     fn take_new_batch(&mut self, model: &str) -> Result<Option<RecordBatch>> {
@@ -209,48 +262,13 @@ pub fn candidates(
     Ok(out)
 }
 
-/// Per candidate path: earlier changes that touched it together with one of `changed`.
-pub fn cochange(history: &[Vec<String>], changed: &[String]) -> HashMap<String, f64> {
-    let changed: HashSet<&String> = changed.iter().collect();
-    let mut out: HashMap<String, f64> = HashMap::new();
-    for files in history {
-        if files.iter().any(|f| changed.contains(f)) {
-            for f in files {
-                if !changed.contains(f) {
-                    *out.entry(f.clone()).or_default() += 1.0;
-                }
-            }
-        }
-    }
-    out
-}
-
 /// Everything needed to rank the candidates of one change.
 pub struct Change<'a> {
     pub text: String,
     pub changed: Vec<String>,
     pub changed_content: HashMap<String, Arc<str>>,
-    pub history: &'a [Vec<String>],
-}
-
-/// Ranks `candidates` for `change` (embedding similarities must be filled for hybrid).
-pub fn rank_change(
-    change: &Change,
-    candidates: &[Candidate],
-    ranker: Ranker,
-    weights: &rank::Weights,
-    use_paths: bool,
-) -> Vec<(usize, f64)> {
-    let co = cochange(change.history, &change.changed);
-    let q = Query {
-        text: &change.text,
-        changed: &change.changed,
-        changed_content: &change.changed_content,
-        cochange: &co,
-        use_paths,
-    };
-    let scores = rank::score(ranker, weights, rank::features(&q, candidates));
-    rank::order(&scores, candidates).into_iter().map(|i| (i, scores[i])).collect()
+    /// The repository's earlier changes, oldest first.
+    pub history: &'a [Earlier],
 }
 
 /// The text of a query: issue and PR text, and for path-aware rankers the changed paths.
@@ -259,6 +277,195 @@ pub fn query_text(change: &Change, use_paths: bool) -> String {
         format!("{}\n{}", change.text, change.changed.join("\n"))
     } else {
         change.text.clone()
+    }
+}
+
+/// The two stages of a ranker: cheap features for every candidate, then the encoder for the
+/// `rerank` best of them. A candidate outside those cannot enter the top k: the encoder runs
+/// on a few dozen files per PR instead of a whole repository.
+#[derive(Debug, Clone)]
+pub struct Pipeline {
+    pub ranker: Ranker,
+    /// First stage: the weights without the embedding.
+    pub cheap: Model,
+    /// Second stage: all the weights, on the re-ranked candidates.
+    pub full: Model,
+    pub rerank: usize,
+}
+
+impl Pipeline {
+    pub fn from_config(cfg: &RelevanceConfig) -> Pipeline {
+        let full = Model::from_config(&cfg.weights);
+        let mut cheap = full.clone();
+        cheap.weights[EMBEDDING] = 0.0;
+        Pipeline { ranker: cfg.ranker, cheap, full, rerank: cfg.rerank }
+    }
+
+    /// What `pr_relevant_files.model` records: ranker, encoder and weights.
+    pub fn describe(&self, encoder: Option<&str>) -> String {
+        let name = self.ranker.name();
+        match (self.ranker, encoder) {
+            (Ranker::Bm25, _) => format!("{name}+none"),
+            (Ranker::Hybrid, None) => format!("{name}+none [{}]", self.cheap.describe()),
+            (Ranker::Hybrid, Some(e)) => format!(
+                "{name}+{e} [first stage {}; top {} re-ranked {}]",
+                self.cheap.describe(),
+                self.rerank,
+                self.full.describe()
+            ),
+        }
+    }
+}
+
+/// The encoder and its cache, for the second stage.
+pub struct Embedder<'a> {
+    pub encoder: &'a Encoder,
+    pub cache: &'a mut EmbeddingCache,
+    pub config: &'a RelevanceConfig,
+}
+
+/// A ranked change: candidate indexes best first with their scores, every candidate's
+/// scaled features, and the candidates the encoder re-ranked.
+pub struct Ranked {
+    pub order: Vec<(usize, f64)>,
+    pub x: Vec<[f64; NF]>,
+    pub reranked: Vec<usize>,
+}
+
+/// Ranks `candidates` for `change`.
+pub fn rank_change(
+    change: &Change,
+    candidates: &mut [Candidate],
+    pipeline: &Pipeline,
+    use_paths: bool,
+    facts: &mut FactsCache,
+    embedder: Option<&mut Embedder>,
+) -> Result<Ranked> {
+    candidates.iter_mut().for_each(|c| c.embedding_similarity = 0.0);
+    let q = Query {
+        text: &change.text,
+        changed: &change.changed,
+        changed_content: &change.changed_content,
+        history: change.history,
+        use_paths,
+    };
+    let (mut x, bm25) = rank::features(&q, candidates, facts);
+    if pipeline.ranker == Ranker::Bm25 {
+        let order = rank::order(&bm25, candidates).into_iter().map(|i| (i, bm25[i])).collect();
+        return Ok(Ranked { order, x, reranked: Vec::new() });
+    }
+    let cheap: Vec<f64> = x.iter().map(|v| pipeline.cheap.score(v, false)).collect();
+    let first = rank::order(&cheap, candidates);
+    let Some(em) = embedder else {
+        let order = first.into_iter().map(|i| (i, cheap[i])).collect();
+        return Ok(Ranked { order, x, reranked: Vec::new() });
+    };
+    let top: Vec<usize> = first.iter().copied().take(pipeline.rerank).collect();
+    em.cache.ensure(em.encoder, top.iter().map(|&i| &candidates[i]), em.config)?;
+    let qv = em.encoder.embed(&[&query_text(change, use_paths)])?.remove(0);
+    let mut max = 0.0f64;
+    for &i in &top {
+        let sim = em.cache.similarity(&candidates[i], &qv);
+        candidates[i].embedding_similarity = sim;
+        // Similarities of unrelated text sit around 0.1-0.3 for this model: spread the top.
+        x[i][EMBEDDING] = f64::from(sim - 0.15).max(0.0);
+        max = max.max(x[i][EMBEDDING]);
+    }
+    if max > 0.0 {
+        top.iter().for_each(|&i| x[i][EMBEDDING] /= max);
+    }
+    let full: Vec<f64> = top.iter().map(|&i| pipeline.full.score(&x[i], true)).collect();
+    let mut by_full: Vec<usize> = (0..top.len()).collect();
+    by_full.sort_by(|&a, &b| {
+        full[b].total_cmp(&full[a]).then_with(|| candidates[top[a]].path.cmp(&candidates[top[b]].path))
+    });
+    let mut order: Vec<(usize, f64)> = by_full.iter().map(|&k| (top[k], full[k])).collect();
+    order.extend(first.iter().skip(top.len()).map(|&i| (i, cheap[i])));
+    Ok(Ranked { order, x, reranked: top })
+}
+
+/// Learns a ranker as PRs go by: examples of a PR join only after it is ranked, and the
+/// weights are refitted on what came before — nothing a PR teaches ranks the PR itself.
+pub struct Learner {
+    pub pipeline: Pipeline,
+    base: Pipeline,
+    cheap: Vec<Example>,
+    full: Vec<Example>,
+    pending: Vec<(Example, Option<Example>)>,
+    fitted_at: usize,
+    min_cases: usize,
+    max_cases: usize,
+    pub fits: usize,
+}
+
+impl Learner {
+    pub fn new(base: Pipeline, cfg: &RelevanceConfig) -> Learner {
+        Learner {
+            pipeline: base.clone(),
+            base,
+            cheap: Vec::new(),
+            full: Vec::new(),
+            pending: Vec::new(),
+            fitted_at: 0,
+            min_cases: cfg.min_train_cases.max(1),
+            max_cases: cfg.train_cases.max(1),
+            fits: 0,
+        }
+    }
+
+    /// Records what a ranked case teaches (held back until [`Learner::end_pr`]).
+    pub fn observe(&mut self, ranked: &Ranked, target: usize) {
+        let cheap_x: Vec<[f64; NF]> = ranked
+            .x
+            .iter()
+            .map(|v| {
+                let mut v = *v;
+                v[EMBEDDING] = 0.0;
+                v
+            })
+            .collect();
+        let cheap = Example { x: cheap_x, target };
+        let full = ranked
+            .reranked
+            .iter()
+            .position(|&i| i == target)
+            .map(|t| Example { x: ranked.reranked.iter().map(|&i| ranked.x[i]).collect(), target: t });
+        self.pending.push((cheap, full));
+    }
+
+    /// The PR's cases join the training set; refit when it has grown by a quarter.
+    pub fn end_pr(&mut self) {
+        for (c, f) in self.pending.drain(..) {
+            self.cheap.push(c);
+            self.full.extend(f);
+        }
+        let n = self.cheap.len();
+        if n >= self.min_cases && (self.fitted_at == 0 || n * 4 >= self.fitted_at * 5) {
+            self.refit();
+        }
+    }
+
+    /// Like [`Learner::end_pr`] without refitting (one fit at the end).
+    pub fn end_pr_without_fit(&mut self) {
+        for (c, f) in self.pending.drain(..) {
+            self.cheap.push(c);
+            self.full.extend(f);
+        }
+    }
+
+    /// Cases learned from so far.
+    pub fn cases(&self) -> usize {
+        self.cheap.len()
+    }
+
+    pub fn refit(&mut self) {
+        let recent = |v: &[Example], k: usize| v[v.len().saturating_sub(k)..].to_vec();
+        self.pipeline.cheap = learn::fit(&recent(&self.cheap, self.max_cases), false, &self.base.cheap);
+        if self.full.len() >= self.min_cases {
+            self.pipeline.full = learn::fit(&recent(&self.full, self.max_cases), true, &self.base.full);
+        }
+        self.fitted_at = self.cheap.len();
+        self.fits += 1;
     }
 }
 
@@ -271,6 +478,13 @@ pub struct RelevanceSummary {
     pub candidates: usize,
     pub embedded_chunks: usize,
     pub encoder_chunks_per_second: f64,
+    /// Share of blob lookups the embedding cache answered (this run's and earlier runs').
+    pub embedding_cache_hit_rate: f64,
+    /// Leave-one-out cases the weights were learned from, and the time that took.
+    pub training_cases: usize,
+    pub fit_seconds: f64,
+    /// Time spent ranking the PRs (after fitting).
+    pub rank_seconds: f64,
     pub failures: BTreeMap<String, usize>,
 }
 
@@ -292,6 +506,8 @@ struct ChangedFile {
     path: String,
     old_path: Option<String>,
     merged_at: Option<i64>,
+    text: Option<String>,
+    status: String,
 }
 
 /// Per repository: the PRs to rank, their changed files (path, old path) and the history of
@@ -300,7 +516,7 @@ struct ChangedFile {
 struct Work {
     prs: Vec<PrToRank>,
     changed: HashMap<i64, Vec<(String, Option<String>)>>,
-    history: Vec<(i64, i64, Vec<String>)>,
+    history: Vec<(i64, i64, Earlier)>,
 }
 
 async fn load_work(lake: &Lake, force: bool) -> Result<(BTreeMap<String, Work>, usize)> {
@@ -323,20 +539,26 @@ async fn load_work(lake: &Lake, force: bool) -> Result<(BTreeMap<String, Work>, 
         }
         work.entry(pr.repo_name.clone()).or_default().prs.push(pr);
     }
-    let mut hist: HashMap<(String, i64), (i64, Vec<String>)> = HashMap::new();
+    type Hist = (i64, Vec<String>, String, Vec<(String, String)>);
+    let mut hist: HashMap<(String, i64), Hist> = HashMap::new();
     for f in crate::query::rows::<ChangedFile>(&ctx, FILES_SQL).await.context("sql/relevance_files.sql")? {
-        let e = hist.entry((f.repo_name.clone(), f.pr_number)).or_insert((f.merged_at.unwrap_or(0), Vec::new()));
+        let e = hist
+            .entry((f.repo_name.clone(), f.pr_number))
+            .or_insert_with(|| (f.merged_at.unwrap_or(0), Vec::new(), f.text.clone().unwrap_or_default(), Vec::new()));
         e.1.push(f.path.clone());
         if let Some(o) = &f.old_path {
             e.1.push(o.clone());
+            if f.status.starts_with('R') {
+                e.3.push((o.clone(), f.path.clone()));
+            }
         }
         if let Some(w) = work.get_mut(&f.repo_name) {
             w.changed.entry(f.pr_number).or_default().push((f.path, f.old_path));
         }
     }
-    for ((repo, num), (t, files)) in hist {
+    for ((repo, num), (t, files, text, renames)) in hist {
         if let Some(w) = work.get_mut(&repo) {
-            w.history.push((t, num, files));
+            w.history.push((t, num, Earlier::new(files, &text).with_renames(renames)));
         }
     }
     Ok((work, already))
@@ -355,27 +577,27 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     if work.is_empty() {
         return Ok(summary);
     }
-    let mut cfg = opts.config.clone();
+    let cfg = opts.config.clone();
     let enc = if cfg.ranker == Ranker::Hybrid {
         match Encoder::load(opts.threads) {
             Ok(e) => Some(e),
             Err(e) => {
-                // Without the model (first run offline, no python3/pip) rank with BM25 and say so.
-                tracing::warn!(error = %format!("{e:#}"), "the MiniLM encoder is unavailable; ranking with BM25");
-                summary.failures.insert("encoder_unavailable_used_bm25".into(), 1);
-                cfg.ranker = Ranker::Bm25;
+                // Without the model (first run offline, no python3/pip) rank with the first
+                // stage alone (every feature but the embedding) and say so.
+                tracing::warn!(error = %format!("{e:#}"), "the MiniLM encoder is unavailable; ranking without it");
+                summary.failures.insert("encoder_unavailable_first_stage_only".into(), 1);
                 None
             }
         }
     } else {
         None
     };
-    let model = format!("{}+{}", cfg.ranker.name(), enc.as_ref().map_or("none", |e| e.name));
     let mut cache = EmbeddingCache::load(lake, encoder::MODEL_NAME).await?;
+    let mut facts = FactsCache::default();
     let mut rows: Vec<RelevantFile> = Vec::new();
     let mut blobs: Vec<BlobRow> = Vec::new();
     let mut redo: Vec<(String, i64)> = Vec::new();
-    for (repo_name, mut w) in work {
+    for (repo_name, w) in work {
         let repo = match opts.mirrors.open(&repo_name) {
             Ok(r) => r,
             Err(f) => {
@@ -383,78 +605,38 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
                 continue;
             }
         };
-        w.history.sort();
-        for pr in &w.prs {
-            let (num, text, t) = (&pr.pr_number, &pr.text, &pr.merged_at.unwrap_or(0));
-            let Ok(base) = Oid::from_str(&pr.merge_base) else { continue };
-            let changed_pairs = w.changed.get(num).cloned().unwrap_or_default();
-            let mut exclude: HashSet<String> = HashSet::new();
-            let mut visible = Vec::new();
-            let mut changed_content = HashMap::new();
-            for (p, old) in &changed_pairs {
-                exclude.insert(p.clone());
-                visible.push(p.clone());
-                if let Some(o) = old {
-                    exclude.insert(o.clone());
-                }
-            }
-            let mut cands = match candidates(&repo, base, &exclude, cfg.max_candidate_bytes) {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(repo = %repo_name, pr = num, error = %e, "cannot list candidates");
-                    *summary.failures.entry("candidates_failed".into()).or_default() += 1;
-                    continue;
-                }
-            };
-            // Contents of the changed files at the merge base, for their imports.
-            if let Ok(files) = git::tree_files(&repo, base) {
-                let wanted: HashSet<&String> = changed_pairs.iter().map(|(p, o)| o.as_ref().unwrap_or(p)).collect();
-                for (p, oid, _) in files.into_iter().filter(|(p, _, _)| wanted.contains(p)) {
-                    if let Ok((b, false)) = git::read_blob(&repo, oid) {
-                        changed_content.insert(p, String::from_utf8_lossy(&b).into());
-                    }
-                }
-            }
-            let history: Vec<Vec<String>> = w
-                .history
-                .iter()
-                .filter(|(ht, hn, _)| ht < t || (ht == t && hn < num))
-                .map(|(_, _, f)| f.clone())
-                .collect();
-            let change = Change { text: text.clone(), changed: visible, changed_content, history: &history };
-            if let Some(enc) = &enc {
-                cache.ensure(enc, &cands, &cfg)?;
-                let q = enc.embed(&[&query_text(&change, true)])?.remove(0);
-                cache.fill_similarity(&mut cands, &q);
-            }
-            summary.candidates += cands.len();
-            let ranked = rank_change(&change, &cands, cfg.ranker, &cfg.weights, true);
-            for (rank, (i, score)) in ranked.into_iter().take(cfg.top_k).enumerate() {
-                let c = &cands[i];
-                rows.push(RelevantFile {
-                    repo_name: repo_name.clone(),
-                    pr_number: *num,
-                    rank: rank + 1,
-                    path: c.path.clone(),
-                    blob_sha: c.blob.clone(),
-                    score,
-                    model: model.clone(),
-                });
-                blobs.push(BlobRow {
-                    sha: c.blob.clone(),
-                    size: c.content.len(),
-                    is_binary: false,
-                    content: Some(c.content.as_bytes().to_vec()),
-                });
-            }
-            redo.push((repo_name.clone(), *num));
-            summary.prs += 1;
+        let ctx = RepoContext::new(&repo, &repo_name, w);
+        let mut pipeline = Pipeline::from_config(&cfg);
+        if cfg.ranker == Ranker::Hybrid && cfg.learn {
+            let t = Instant::now();
+            let changes = changes_from_lake(lake, &repo_name).await?;
+            let mut em = enc.as_ref().map(|e| Embedder { encoder: e, cache: &mut cache, config: &cfg });
+            let (p, cases) = fit_on_history(&repo, &changes, pipeline, &cfg, &mut facts, em.as_mut())?;
+            pipeline = p;
+            summary.training_cases += cases;
+            summary.fit_seconds += t.elapsed().as_secs_f64();
         }
+        let t = Instant::now();
+        let ranked = rank_work(&ctx, &pipeline, &cfg, enc.as_ref(), &mut cache, &mut facts, &mut summary)?;
+        for (num, files) in ranked {
+            for f in files {
+                blobs.push(BlobRow {
+                    sha: f.blob_sha.clone(),
+                    size: f.content.len(),
+                    is_binary: false,
+                    content: Some(f.content.as_bytes().to_vec()),
+                });
+                rows.push(f.row);
+            }
+            redo.push((repo_name.clone(), num));
+        }
+        summary.rank_seconds += t.elapsed().as_secs_f64();
     }
     summary.rows = rows.len();
     summary.embedded_chunks = cache.embedded_texts;
     summary.encoder_chunks_per_second =
         if cache.embed_seconds > 0.0 { cache.embedded_texts as f64 / cache.embed_seconds } else { 0.0 };
+    summary.embedding_cache_hit_rate = cache.hit_rate();
 
     // Write: old rows of these PRs out, new rows in; new embeddings; contents of new blobs.
     if opts.force && lake.has_table(PR_RELEVANT_FILES).await? {
@@ -479,6 +661,231 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
         lake.append(t, vec![batch]).await?;
     }
     Ok(summary)
+}
+
+/// A repository's PRs to rank, with their changed files and the repository's history in
+/// time order.
+pub struct RepoContext<'r> {
+    repo: &'r Repository,
+    repo_name: String,
+    work: Work,
+    keys: Vec<(i64, i64)>,
+    earlier: Vec<Earlier>,
+}
+
+impl<'r> RepoContext<'r> {
+    fn new(repo: &'r Repository, repo_name: &str, mut work: Work) -> RepoContext<'r> {
+        work.history.sort_by_key(|h| (h.0, h.1));
+        let keys = work.history.iter().map(|h| (h.0, h.1)).collect();
+        let earlier = work.history.iter().map(|h| h.2.clone()).collect();
+        RepoContext { repo, repo_name: repo_name.to_string(), work, keys, earlier }
+    }
+
+    /// PRs to rank.
+    pub fn prs(&self) -> usize {
+        self.work.prs.len()
+    }
+
+    /// The PR's change as the ranker sees it, its base and the paths to exclude.
+    fn change(&self, pr: &PrToRank) -> Option<(Oid, Change<'_>, HashSet<String>)> {
+        let base = Oid::from_str(&pr.merge_base).ok()?;
+        let changed_pairs = self.work.changed.get(&pr.pr_number).cloned().unwrap_or_default();
+        let mut exclude: HashSet<String> = HashSet::new();
+        let mut visible = Vec::new();
+        for (p, old) in &changed_pairs {
+            exclude.insert(p.clone());
+            visible.push(p.clone());
+            if let Some(o) = old {
+                exclude.insert(o.clone());
+            }
+        }
+        // Contents of the changed files at the merge base, for their imports.
+        let wanted: Vec<String> = changed_pairs.iter().map(|(p, o)| o.clone().unwrap_or_else(|| p.clone())).collect();
+        let changed_content = contents_at(self.repo, base, &wanted);
+        let at = (pr.merged_at.unwrap_or(0), pr.pr_number);
+        let history = &self.earlier[..self.keys.partition_point(|k| *k < at)];
+        Some((base, Change { text: pr.text.clone(), changed: visible, changed_content, history }, exclude))
+    }
+}
+
+/// A chosen file: its row and its content (for the blob store).
+struct Chosen {
+    row: RelevantFile,
+    blob_sha: String,
+    content: Arc<str>,
+}
+
+/// Ranks every PR of `ctx`: per PR, its top-k files.
+fn rank_work(
+    ctx: &RepoContext,
+    pipeline: &Pipeline,
+    cfg: &RelevanceConfig,
+    enc: Option<&Encoder>,
+    cache: &mut EmbeddingCache,
+    facts: &mut FactsCache,
+    summary: &mut RelevanceSummary,
+) -> Result<Vec<(i64, Vec<Chosen>)>> {
+    let model = pipeline.describe(enc.map(|e| e.name));
+    let mut out = Vec::new();
+    for pr in &ctx.work.prs {
+        let num = pr.pr_number;
+        let Some((base, change, exclude)) = ctx.change(pr) else { continue };
+        let mut cands = match candidates(ctx.repo, base, &exclude, cfg.max_candidate_bytes) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(repo = %ctx.repo_name, pr = num, error = %e, "cannot list candidates");
+                *summary.failures.entry("candidates_failed".into()).or_default() += 1;
+                continue;
+            }
+        };
+        summary.candidates += cands.len();
+        let mut em = enc.map(|e| Embedder { encoder: e, cache: &mut *cache, config: cfg });
+        let ranked = rank_change(&change, &mut cands, pipeline, true, facts, em.as_mut())?;
+        let chosen = ranked
+            .order
+            .into_iter()
+            .take(cfg.top_k)
+            .enumerate()
+            .map(|(rank, (i, score))| {
+                let c = &cands[i];
+                Chosen {
+                    row: RelevantFile {
+                        repo_name: ctx.repo_name.clone(),
+                        pr_number: num,
+                        rank: rank + 1,
+                        path: c.path.clone(),
+                        blob_sha: c.blob.clone(),
+                        score,
+                        model: model.clone(),
+                    },
+                    blob_sha: c.blob.clone(),
+                    content: c.content.clone(),
+                }
+            })
+            .collect();
+        out.push((num, chosen));
+        summary.prs += 1;
+    }
+    Ok(out)
+}
+
+/// Leave-one-out recall@1/5/10 on the PRs of `ctx`: each changed code file that exists at
+/// the base hidden in turn, the PR's other files visible. Returns (cases, recall).
+fn loo_recall(
+    ctx: &RepoContext,
+    pipeline: &Pipeline,
+    cfg: &RelevanceConfig,
+    enc: Option<&Encoder>,
+    cache: &mut EmbeddingCache,
+    facts: &mut FactsCache,
+) -> Result<(usize, [f64; 3])> {
+    let (mut cases, mut hits) = (0usize, [0usize; 3]);
+    for pr in &ctx.work.prs {
+        let Some((base, change, _)) = ctx.change(pr) else { continue };
+        let all = candidates(ctx.repo, base, &HashSet::new(), cfg.max_candidate_bytes)?;
+        let code: Vec<&String> = change.changed.iter().filter(|p| crate::lang::language(p).is_some()).collect();
+        if code.len() < 2 {
+            continue;
+        }
+        for hidden in code {
+            let visible: Vec<String> = change.changed.iter().filter(|p| *p != hidden).cloned().collect();
+            let mut cands: Vec<Candidate> = all.iter().filter(|c| !visible.contains(&c.path)).cloned().collect();
+            let Some(target) = cands.iter().position(|c| &c.path == hidden) else { continue };
+            let case = Change {
+                text: change.text.clone(),
+                changed: visible.clone(),
+                changed_content: change
+                    .changed_content
+                    .iter()
+                    .filter(|(p, _)| visible.contains(p))
+                    .map(|(p, c)| (p.clone(), c.clone()))
+                    .collect(),
+                history: change.history,
+            };
+            let mut em = enc.map(|e| Embedder { encoder: e, cache: &mut *cache, config: cfg });
+            let ranked = rank_change(&case, &mut cands, pipeline, true, facts, em.as_mut())?;
+            let pos = ranked.order.iter().position(|(i, _)| *i == target).unwrap_or(usize::MAX);
+            cases += 1;
+            for (k, slot) in [1usize, 5, 10].iter().zip(hits.iter_mut()) {
+                if pos < *k {
+                    *slot += 1;
+                }
+            }
+        }
+    }
+    let n = cases.max(1) as f64;
+    Ok((cases, [hits[0] as f64 / n, hits[1] as f64 / n, hits[2] as f64 / n]))
+}
+
+/// One side of `swelake bench relevance`.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchSide {
+    pub name: String,
+    pub prs: usize,
+    pub seconds: f64,
+    pub prs_per_second: f64,
+    pub embedded_chunks: usize,
+    pub chunks_per_second: f64,
+    pub embedding_cache_hit_rate: f64,
+    pub loo_cases: usize,
+    pub loo_recall: [f64; 3],
+    /// The chunks this side embedded, tokenized (for the Python baseline).
+    #[serde(skip)]
+    pub chunk_texts: Vec<String>,
+}
+
+/// Ranks up to `prs` kept PRs of `repo_name` (spread over its history) the way the job did
+/// before re-ranking (the encoder on every candidate, batches in file order) and the way it
+/// does now (cheap first stage, the encoder on the top `rerank`, batches by length), each
+/// from an empty embedding cache, then measures both sides' leave-one-out recall on them.
+pub async fn bench_sides(
+    lake: &Lake,
+    repo: &Repository,
+    repo_name: &str,
+    prs: usize,
+    cfg: &RelevanceConfig,
+    enc: &Encoder,
+) -> Result<Vec<BenchSide>> {
+    let (mut work, _) = load_work(lake, true).await?;
+    let mut w =
+        work.remove(repo_name).with_context(|| format!("no kept, snapshotted PRs of {repo_name} in the lake"))?;
+    if w.prs.len() > prs {
+        let step = w.prs.len() as f64 / prs as f64;
+        let picked: Vec<usize> = (0..prs).map(|i| (i as f64 * step) as usize).collect();
+        let all = std::mem::take(&mut w.prs);
+        w.prs = all.into_iter().enumerate().filter(|(i, _)| picked.contains(i)).map(|(_, p)| p).collect();
+    }
+    let ctx = RepoContext::new(repo, repo_name, w);
+    let mut out = Vec::new();
+    for (name, rerank, by_length) in [
+        ("before: encoder on every candidate", usize::MAX, false),
+        ("now: cheap stage, encoder on the top", cfg.rerank, true),
+    ] {
+        let pipeline = Pipeline { rerank, ..Pipeline::from_config(cfg) };
+        let mut cache = EmbeddingCache { batch_by_length: by_length, keep_texts: true, ..Default::default() };
+        let mut facts = FactsCache::default();
+        let mut summary = RelevanceSummary::default();
+        let t = Instant::now();
+        rank_work(&ctx, &pipeline, cfg, Some(enc), &mut cache, &mut facts, &mut summary)?;
+        let seconds = t.elapsed().as_secs_f64();
+        let (embedded, chunk_s, hit) =
+            (cache.embedded_texts, cache.embedded_texts as f64 / cache.embed_seconds.max(1e-9), cache.hit_rate());
+        let texts = std::mem::take(&mut cache.texts);
+        let (loo_cases, loo) = loo_recall(&ctx, &pipeline, cfg, Some(enc), &mut cache, &mut facts)?;
+        out.push(BenchSide {
+            name: name.to_string(),
+            prs: summary.prs,
+            seconds,
+            prs_per_second: summary.prs as f64 / seconds.max(1e-9),
+            embedded_chunks: embedded,
+            chunks_per_second: chunk_s,
+            embedding_cache_hit_rate: hit,
+            loo_cases,
+            loo_recall: loo,
+            chunk_texts: texts,
+        });
+    }
+    Ok(out)
 }
 
 /// One row of `pr_relevant_files`.
@@ -511,11 +918,14 @@ fn relevant_files_batch(rows: &[RelevantFile]) -> Result<RecordBatch> {
 
 /// One leave-one-out case: a change with one of its files hidden among the candidates.
 struct EvalCase {
+    /// Index of its change (cases of one change share text and base).
+    change: usize,
     text: String,
     visible: Vec<String>,
     hidden: String,
     base: Oid,
-    history: Vec<Vec<String>>,
+    /// How many earlier changes its history holds.
+    history_len: usize,
     changed_content: HashMap<String, Arc<str>>,
 }
 
@@ -527,6 +937,19 @@ pub struct EvalReport {
     pub recall: BTreeMap<String, [f64; 3]>,
     pub encoder_files_per_second: f64,
     pub candidates_per_case: f64,
+    /// Share of blob lookups the embedding cache answered.
+    pub embedding_cache_hit_rate: f64,
+    /// Chunks the encoder embedded.
+    pub embedded_chunks: usize,
+    /// Learned rankers: how many times they were refitted and their last weights.
+    pub learned: BTreeMap<String, LearnedSummary>,
+}
+
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LearnedSummary {
+    pub fits: usize,
+    pub first_stage: BTreeMap<String, f64>,
+    pub second_stage: BTreeMap<String, f64>,
 }
 
 impl EvalReport {
@@ -535,21 +958,55 @@ impl EvalReport {
             "{} leave-one-out cases, {:.0} candidates each on average\n\n",
             self.cases, self.candidates_per_case
         );
-        s.push_str(&format!("{:<28} {:>9} {:>9} {:>10}\n", "ranker", "recall@1", "recall@5", "recall@10"));
+        s.push_str(&format!("{:<40} {:>9} {:>9} {:>10}\n", "ranker", "recall@1", "recall@5", "recall@10"));
         for (name, r) in &self.recall {
-            s.push_str(&format!("{name:<28} {:>9.3} {:>9.3} {:>10.3}\n", r[0], r[1], r[2]));
+            s.push_str(&format!("{name:<40} {:>9.3} {:>9.3} {:>10.3}\n", r[0], r[1], r[2]));
         }
-        s.push_str(&format!("\nencoder: {:.1} files/s (chunks embedded per second)\n", self.encoder_files_per_second));
+        for (name, l) in &self.learned {
+            let w = |m: &BTreeMap<String, f64>| {
+                m.iter().filter(|(_, v)| **v != 0.0).map(|(k, v)| format!("{k}={v:.2}")).collect::<Vec<_>>().join(" ")
+            };
+            s.push_str(&format!(
+                "\n{name}: refitted {} times on earlier PRs only\n  first stage: {}\n",
+                l.fits,
+                w(&l.first_stage)
+            ));
+            if !l.second_stage.is_empty() {
+                s.push_str(&format!("  re-ranking:  {}\n", w(&l.second_stage)));
+            }
+        }
+        if self.embedded_chunks > 0 {
+            s.push_str(&format!(
+                "\nencoder: {} chunks, {:.1} chunks/s; embedding cache hit rate {:.1}%\n",
+                self.embedded_chunks,
+                self.encoder_files_per_second,
+                100.0 * self.embedding_cache_hit_rate
+            ));
+        }
         s
     }
 }
 
+/// Contents of `paths` at `commit` (those that are text), by path.
+fn contents_at(repo: &Repository, commit: Oid, paths: &[String]) -> HashMap<String, Arc<str>> {
+    let mut out = HashMap::new();
+    let Ok(files) = git::tree_files(repo, commit) else { return out };
+    let wanted: HashSet<&String> = paths.iter().collect();
+    for (p, oid, _) in files.into_iter().filter(|(p, _, _)| wanted.contains(p)) {
+        if let Ok((b, false)) = git::read_blob(repo, oid) {
+            out.insert(p, String::from_utf8_lossy(&b).into());
+        }
+    }
+    out
+}
+
 fn eval_cases_for_change(
     repo: &Repository,
+    change: usize,
     base: Oid,
     text: &str,
     changed: &[String],
-    history: &[Vec<String>],
+    history_len: usize,
     out: &mut Vec<EvalCase>,
 ) -> Result<()> {
     let at_base: HashSet<String> =
@@ -559,22 +1016,18 @@ fn eval_cases_for_change(
     if code.len() < 2 {
         return Ok(());
     }
+    let contents = contents_at(repo, base, changed);
     for hidden in code.iter().filter(|p| at_base.contains(**p)) {
         let visible: Vec<String> = changed.iter().filter(|p| p != hidden).cloned().collect();
-        let mut changed_content = HashMap::new();
-        for (p, oid, _) in git::tree_files(repo, base).map_err(|f| anyhow::anyhow!(f.message))? {
-            if visible.contains(&p) {
-                if let Ok((b, false)) = git::read_blob(repo, oid) {
-                    changed_content.insert(p, String::from_utf8_lossy(&b).into());
-                }
-            }
-        }
+        let changed_content =
+            contents.iter().filter(|(p, _)| visible.contains(p)).map(|(p, c)| (p.clone(), c.clone())).collect();
         out.push(EvalCase {
+            change,
             text: text.to_string(),
             visible,
             hidden: (*hidden).clone(),
             base,
-            history: history.to_vec(),
+            history_len,
             changed_content,
         });
     }
@@ -583,7 +1036,7 @@ fn eval_cases_for_change(
 
 /// Leave-one-out cases from a git repository's first-parent history: every commit that
 /// changes two or more code files is a change, its message the text.
-pub fn cases_from_repo(repo: &Repository, max_commits: usize) -> Result<Vec<(Oid, String, Vec<String>)>> {
+pub fn cases_from_repo(repo: &Repository, max_commits: usize) -> Result<Vec<EvalChange>> {
     let mut walk = repo.revwalk()?;
     walk.push_head()?;
     walk.simplify_first_parent()?;
@@ -600,74 +1053,241 @@ pub fn cases_from_repo(repo: &Repository, max_commits: usize) -> Result<Vec<(Oid
             .deltas()
             .filter_map(|d| d.old_file().path().or(d.new_file().path()).map(|p| p.to_string_lossy().into_owned()))
             .collect();
-        out.push((parent.id(), String::from_utf8_lossy(c.message_bytes()).into_owned(), files));
+        out.push(EvalChange {
+            base: parent.id(),
+            text: String::from_utf8_lossy(c.message_bytes()).into_owned(),
+            touched: files.clone(),
+            files,
+            renames: Vec::new(),
+        });
     }
     Ok(out)
 }
 
-/// Evaluates on changes `(base commit, text, changed paths)` of one repository, in time order.
+/// A change to evaluate on: its base, text, the changed files that exist at the base (the
+/// ones that can be hidden, by their names there), and for the history of later changes
+/// every path it touched and its renames.
+#[derive(Debug, Clone)]
+pub struct EvalChange {
+    pub base: Oid,
+    pub text: String,
+    pub files: Vec<String>,
+    pub touched: Vec<String>,
+    pub renames: Vec<(String, String)>,
+}
+
+impl EvalChange {
+    fn earlier(&self) -> Earlier {
+        Earlier::new(self.touched.clone(), &self.text).with_renames(self.renames.clone())
+    }
+}
+
+/// Leave-one-out cases of `changes` (oldest first), the histories they see, and the
+/// candidates at each change's base (read once per change).
+struct CaseSet {
+    cases: Vec<EvalCase>,
+    histories: Vec<Earlier>,
+}
+
+fn case_set(repo: &Repository, changes: &[EvalChange], from: usize) -> Result<CaseSet> {
+    let mut cases = Vec::new();
+    for (k, c) in changes.iter().enumerate().skip(from) {
+        eval_cases_for_change(repo, k, c.base, &c.text, &c.files, k, &mut cases)?;
+    }
+    Ok(CaseSet { cases, histories: changes.iter().map(EvalChange::earlier).collect() })
+}
+
+/// Runs `f` on every case with its candidates (the case's visible files excluded) and its
+/// position among them, one change at a time; `end_change` after each change's cases.
+fn for_each_case(
+    repo: &Repository,
+    set: &CaseSet,
+    cfg: &RelevanceConfig,
+    mut f: impl FnMut(&EvalCase, &Change, &mut Vec<Candidate>, usize) -> Result<()>,
+    mut end_change: impl FnMut(),
+) -> Result<usize> {
+    let mut total_candidates = 0usize;
+    let mut i = 0;
+    while i < set.cases.len() {
+        let change_idx = set.cases[i].change;
+        let all = candidates(repo, set.cases[i].base, &HashSet::new(), cfg.max_candidate_bytes)?;
+        while i < set.cases.len() && set.cases[i].change == change_idx {
+            let case = &set.cases[i];
+            let exclude: HashSet<&String> = case.visible.iter().collect();
+            let mut cands: Vec<Candidate> = all.iter().filter(|c| !exclude.contains(&c.path)).cloned().collect();
+            total_candidates += cands.len();
+            if let Some(target) = cands.iter().position(|c| c.path == case.hidden) {
+                let change = Change {
+                    text: case.text.clone(),
+                    changed: case.visible.clone(),
+                    changed_content: case.changed_content.clone(),
+                    history: &set.histories[..case.history_len],
+                };
+                f(case, &change, &mut cands, target)?;
+            }
+            i += 1;
+        }
+        end_change();
+    }
+    Ok(total_candidates)
+}
+
+/// Weights learned on the most recent `train_cases` leave-one-out cases of a repository's
+/// `changes` (oldest first), with the number of cases; `base` when there are too few.
+pub fn fit_on_history(
+    repo: &Repository,
+    changes: &[EvalChange],
+    base: Pipeline,
+    cfg: &RelevanceConfig,
+    facts: &mut FactsCache,
+    mut embedder: Option<&mut Embedder>,
+) -> Result<(Pipeline, usize)> {
+    // Changes have one to a few code files to hide each: start far enough back for the cases.
+    let from = changes.len().saturating_sub(cfg.train_cases);
+    let set = case_set(repo, changes, from)?;
+    let skip = set.cases.len().saturating_sub(cfg.train_cases);
+    let learner = std::cell::RefCell::new(Learner::new(base.clone(), cfg));
+    let mut seen = 0usize;
+    for_each_case(
+        repo,
+        &set,
+        cfg,
+        |_, change, cands, target| {
+            seen += 1;
+            if seen > skip {
+                let ranked = rank_change(change, cands, &base, true, facts, embedder.as_deref_mut())?;
+                learner.borrow_mut().observe(&ranked, target);
+            }
+            Ok(())
+        },
+        || learner.borrow_mut().end_pr_without_fit(),
+    )?;
+    let mut learner = learner.into_inner();
+    let n = learner.cases();
+    if n < cfg.min_train_cases {
+        return Ok((base, n));
+    }
+    learner.refit();
+    Ok((learner.pipeline, n))
+}
+
+/// Evaluates on changes `(base commit, text, changed paths)` of one repository, in time
+/// order. The learned rankers are fitted, as PRs go by, on earlier PRs only. `features_out`
+/// gets every case's features (JSON lines) for fitting rankers elsewhere.
 pub fn evaluate(
     repo: &Repository,
-    changes: &[(Oid, String, Vec<String>)],
+    changes: &[EvalChange],
     cfg: &RelevanceConfig,
     encoder: Option<&Encoder>,
+    mut features_out: Option<&mut dyn std::io::Write>,
 ) -> Result<EvalReport> {
-    let mut cases = Vec::new();
-    let mut history: Vec<Vec<String>> = Vec::new();
-    for (base, text, files) in changes {
-        eval_cases_for_change(repo, *base, text, files, &history, &mut cases)?;
-        history.push(files.clone());
-    }
-    let mut report = EvalReport { cases: cases.len(), ..Default::default() };
-    if cases.is_empty() {
+    let set = case_set(repo, changes, 0)?;
+    let mut report = EvalReport { cases: set.cases.len(), ..Default::default() };
+    if set.cases.is_empty() {
         return Ok(report);
     }
-    let mut hits: BTreeMap<String, [usize; 3]> = BTreeMap::new();
-    let mut cache = EmbeddingCache::default();
-    let mut total_candidates = 0usize;
-    for case in &cases {
-        let exclude: HashSet<String> = case.visible.iter().cloned().collect();
-        let mut cands = candidates(repo, case.base, &exclude, cfg.max_candidate_bytes)?;
-        total_candidates += cands.len();
-        let Some(target) = cands.iter().position(|c| c.path == case.hidden) else { continue };
-        let change = Change {
-            text: case.text.clone(),
-            changed: case.visible.clone(),
-            changed_content: case.changed_content.clone(),
-            history: &case.history,
-        };
-        let mut variants: Vec<(String, Ranker, bool)> =
-            vec![("bm25 (text + paths)".into(), Ranker::Bm25, true), ("bm25 (text only)".into(), Ranker::Bm25, false)];
-        if let Some(enc) = encoder {
-            cache.ensure(enc, &cands, cfg)?;
-            variants.push(("hybrid (text + paths)".into(), Ranker::Hybrid, true));
-            variants.push(("hybrid (text only)".into(), Ranker::Hybrid, false));
-        }
-        for (name, ranker, use_paths) in variants {
-            if let (Some(enc), Ranker::Hybrid) = (encoder, ranker) {
-                let q = enc.embed(&[&query_text(&change, use_paths)])?.remove(0);
-                cache.fill_similarity(&mut cands, &q);
-            }
-            let ranked = rank_change(&change, &cands, ranker, &cfg.weights, use_paths);
-            let pos = ranked.iter().position(|(i, _)| *i == target).unwrap_or(usize::MAX);
-            let h = hits.entry(name).or_default();
-            for (k, slot) in [1usize, 5, 10].iter().zip(h.iter_mut()) {
-                if pos < *k {
-                    *slot += 1;
+    struct Variant {
+        name: String,
+        use_paths: bool,
+        pipeline: Pipeline,
+        learner: Option<Learner>,
+        hits: [usize; 3],
+    }
+    let suffix = if encoder.is_some() { "" } else { ", no encoder" };
+    let mut variants: Vec<Variant> = Vec::new();
+    let bm25 = Pipeline { ranker: Ranker::Bm25, ..Pipeline::from_config(cfg) };
+    let hybrid = Pipeline { ranker: Ranker::Hybrid, ..Pipeline::from_config(cfg) };
+    for (paths, label) in [(true, "text + paths"), (false, "text only")] {
+        variants.push(Variant {
+            name: format!("bm25 ({label})"),
+            use_paths: paths,
+            pipeline: bm25.clone(),
+            learner: None,
+            hits: [0; 3],
+        });
+        variants.push(Variant {
+            name: format!("hybrid, config weights{suffix} ({label})"),
+            use_paths: paths,
+            pipeline: hybrid.clone(),
+            learner: None,
+            hits: [0; 3],
+        });
+        variants.push(Variant {
+            name: format!("learned{suffix} ({label})"),
+            use_paths: paths,
+            pipeline: hybrid.clone(),
+            learner: Some(Learner::new(hybrid.clone(), cfg)),
+            hits: [0; 3],
+        });
+    }
+    let mut cache = EmbeddingCache { batch_by_length: true, ..Default::default() };
+    let mut facts = FactsCache::default();
+    let variants_cell = std::cell::RefCell::new(&mut variants);
+    let total_candidates = for_each_case(
+        repo,
+        &set,
+        cfg,
+        |case, change, cands, target| {
+            for v in variants_cell.borrow_mut().iter_mut() {
+                let pipeline = v.learner.as_ref().map_or(&v.pipeline, |l| &l.pipeline);
+                let mut em = encoder.map(|e| Embedder { encoder: e, cache: &mut cache, config: cfg });
+                let ranked = rank_change(change, cands, pipeline, v.use_paths, &mut facts, em.as_mut())?;
+                let pos = ranked.order.iter().position(|(i, _)| *i == target).unwrap_or(usize::MAX);
+                for (k, slot) in [1usize, 5, 10].iter().zip(v.hits.iter_mut()) {
+                    if pos < *k {
+                        *slot += 1;
+                    }
+                }
+                if let Some(out) = features_out.as_deref_mut() {
+                    if v.learner.is_some() {
+                        let line = serde_json::json!({
+                            "variant": v.name, "change": case.change, "target": target,
+                            "hidden": case.hidden, "visible": case.visible,
+                            "top": ranked.order.iter().take(10).map(|(i, _)| &cands[*i].path).collect::<Vec<_>>(),
+                            "reranked": ranked.reranked, "x": ranked.x,
+                        });
+                        writeln!(out, "{line}")?;
+                    }
+                }
+                if let Some(l) = v.learner.as_mut() {
+                    l.observe(&ranked, target);
                 }
             }
+            Ok(())
+        },
+        || {
+            for v in variants_cell.borrow_mut().iter_mut() {
+                if let Some(l) = v.learner.as_mut() {
+                    l.end_pr();
+                }
+            }
+        },
+    )?;
+    let n = set.cases.len() as f64;
+    for v in variants {
+        report.recall.insert(v.name.clone(), [v.hits[0] as f64 / n, v.hits[1] as f64 / n, v.hits[2] as f64 / n]);
+        if let Some(l) = v.learner {
+            let named = |m: &Model| FEATURES.iter().zip(m.weights).map(|(k, w)| (k.to_string(), w)).collect();
+            report.learned.insert(
+                v.name,
+                LearnedSummary {
+                    fits: l.fits,
+                    first_stage: named(&l.pipeline.cheap),
+                    second_stage: if encoder.is_some() { named(&l.pipeline.full) } else { BTreeMap::new() },
+                },
+            );
         }
     }
-    let n = cases.len() as f64;
-    report.recall = hits.into_iter().map(|(k, h)| (k, [h[0] as f64 / n, h[1] as f64 / n, h[2] as f64 / n])).collect();
     report.encoder_files_per_second =
         if cache.embed_seconds > 0.0 { cache.embedded_texts as f64 / cache.embed_seconds } else { 0.0 };
+    report.embedding_cache_hit_rate = cache.hit_rate();
+    report.embedded_chunks = cache.embedded_texts;
     report.candidates_per_case = total_candidates as f64 / n;
     Ok(report)
 }
 
 /// Changes of one repository from a lake: merged, snapshotted PRs in time order.
-pub async fn changes_from_lake(lake: &Lake, repo_name: &str) -> Result<Vec<(Oid, String, Vec<String>)>> {
+pub async fn changes_from_lake(lake: &Lake, repo_name: &str) -> Result<Vec<EvalChange>> {
     #[derive(Deserialize)]
     struct Row {
         merge_base: String,
@@ -680,18 +1300,31 @@ pub async fn changes_from_lake(lake: &Lake, repo_name: &str) -> Result<Vec<(Oid,
     let repo =
         RecordBatch::try_from_iter(vec![("repo_name", Arc::new(StringArray::from(vec![repo_name])) as ArrayRef)])?;
     ctx.register_batch("eval_repo", repo)?;
-    let mut out: Vec<(Oid, String, Vec<String>)> = Vec::new();
+    let mut out: Vec<EvalChange> = Vec::new();
     for r in crate::query::rows::<Row>(&ctx, EVAL_CHANGES_SQL).await.context("sql/relevance_eval_changes.sql")? {
         let oid = Oid::from_str(&r.merge_base).with_context(|| format!("merge base {:?}", r.merge_base))?;
-        // The file as it is at the base: the old path of renames; additions do not exist there.
-        if r.status == "A" {
-            continue;
+        if !matches!(out.last(), Some(last) if last.base == oid && last.text == r.text) {
+            out.push(EvalChange {
+                base: oid,
+                text: r.text.clone(),
+                files: Vec::new(),
+                touched: Vec::new(),
+                renames: Vec::new(),
+            });
         }
-        let p = r.old_path.unwrap_or(r.path);
-        match out.last_mut() {
-            Some(last) if last.0 == oid && last.1 == r.text => last.2.push(p),
-            _ => out.push((oid, r.text, vec![p])),
+        let last = out.last_mut().expect("pushed above");
+        last.touched.push(r.path.clone());
+        if let Some(o) = &r.old_path {
+            last.touched.push(o.clone());
+            if r.status.starts_with('R') {
+                last.renames.push((o.clone(), r.path.clone()));
+            }
+        }
+        // The file as it is at the base: the old path of renames; additions do not exist there.
+        if r.status != "A" {
+            last.files.push(r.old_path.unwrap_or(r.path));
         }
     }
+    // A change that only added files has nothing to hide but is still history.
     Ok(out)
 }

@@ -14,10 +14,12 @@
 //! curation config. `Ranker::Bm25` is the baseline: BM25 alone.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::bm25::Bm25;
+use super::imports::{self, Target};
 
 /// Which ranker to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,21 +40,126 @@ impl Ranker {
     }
 }
 
-/// Weights of the hybrid ranker (documented in `config/curation.toml`).
+/// The features of a candidate, in the order of [`Weights::to_array`] and of learned models.
+pub const FEATURES: [&str; NF] = [
+    "bm25",
+    "bm25_text",
+    "path_terms",
+    "imports",
+    "import_names",
+    "tests",
+    "cochange",
+    "cochange_recent",
+    "prior",
+    "same_dir",
+    "symbols_text",
+    "symbols_changed",
+    "kind_missing",
+    "similar_changes",
+    "embedding",
+];
+pub const NF: usize = 15;
+/// The feature that needs the encoder (computed only for the candidates that reach re-ranking).
+pub const EMBEDDING: usize = 14;
+/// Earlier changes whose text is most like the query's that vote for the files they changed.
+const SIMILAR_CHANGES: usize = 20;
+const SIMILAR: usize = 13;
+/// Changes after which an earlier change counts half (co-change and prior decay).
+const HALF_LIFE_CHANGES: f64 = 60.0;
+
+/// Weights of the hybrid ranker (documented in `config/curation.toml`): the starting point,
+/// and the ranker itself until the lake holds enough earlier PRs to learn them from.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Weights {
     pub bm25: f64,
-    pub embedding: f64,
+    pub bm25_text: f64,
+    pub path_terms: f64,
     pub imports: f64,
+    pub import_names: f64,
     pub tests: f64,
     pub cochange: f64,
+    pub cochange_recent: f64,
+    pub prior: f64,
     pub same_dir: f64,
+    pub symbols_text: f64,
+    pub symbols_changed: f64,
+    pub kind_missing: f64,
+    pub similar_changes: f64,
+    pub embedding: f64,
 }
 
 impl Default for Weights {
+    /// The values of `config/curation.toml` (fitted on pallets/flask and pallets/click).
     fn default() -> Self {
-        Weights { bm25: 1.0, embedding: 1.0, imports: 0.8, tests: 0.8, cochange: 1.2, same_dir: 0.15 }
+        Weights {
+            bm25: 0.95,
+            bm25_text: 0.68,
+            path_terms: 0.63,
+            imports: 0.4,
+            import_names: 0.22,
+            tests: 0.28,
+            cochange: 0.51,
+            cochange_recent: 0.67,
+            prior: 0.22,
+            same_dir: 0.25,
+            symbols_text: 0.36,
+            symbols_changed: 0.66,
+            kind_missing: 0.32,
+            similar_changes: 0.73,
+            embedding: 0.75,
+        }
+    }
+}
+
+impl Weights {
+    pub fn to_array(&self) -> [f64; NF] {
+        [
+            self.bm25,
+            self.bm25_text,
+            self.path_terms,
+            self.imports,
+            self.import_names,
+            self.tests,
+            self.cochange,
+            self.cochange_recent,
+            self.prior,
+            self.same_dir,
+            self.symbols_text,
+            self.symbols_changed,
+            self.kind_missing,
+            self.similar_changes,
+            self.embedding,
+        ]
+    }
+}
+
+/// A linear model over the scaled features: the config's weights or weights learned from the
+/// lake's earlier PRs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Model {
+    pub weights: [f64; NF],
+    /// Leave-one-out cases it was fitted on (0: the config's weights).
+    pub fitted_on: usize,
+}
+
+impl Model {
+    pub fn from_config(w: &Weights) -> Model {
+        Model { weights: w.to_array(), fitted_on: 0 }
+    }
+
+    /// `name=weight` pairs of the non-zero weights, for `pr_relevant_files.model`.
+    pub fn describe(&self) -> String {
+        let ws: Vec<String> =
+            FEATURES.iter().zip(self.weights).filter(|(_, w)| *w != 0.0).map(|(n, w)| format!("{n}={w:.3}")).collect();
+        let how = if self.fitted_on > 0 { format!("learned on {} cases", self.fitted_on) } else { "config".into() };
+        format!("{how}: {}", ws.join(","))
+    }
+
+    /// The score of one candidate's scaled features; `with_embedding` false leaves it out
+    /// (the first, cheap stage).
+    pub fn score(&self, x: &[f64; NF], with_embedding: bool) -> f64 {
+        (0..NF).filter(|&j| with_embedding || j != EMBEDDING).map(|j| self.weights[j] * x[j]).sum()
     }
 }
 
@@ -66,6 +173,47 @@ pub struct Candidate {
     pub embedding_similarity: f32,
 }
 
+/// An earlier change of the repository: the paths it changed and its text (counted once).
+#[derive(Debug, Clone)]
+pub struct Earlier {
+    pub files: Vec<String>,
+    /// (old, new) paths it renamed: the files of still earlier changes go by the new names.
+    pub renames: Vec<(String, String)>,
+    terms: Arc<HashMap<String, u32>>,
+    len: f64,
+}
+
+impl Earlier {
+    pub fn new(files: Vec<String>, text: &str) -> Earlier {
+        let (terms, len) = Bm25::term_counts(text);
+        Earlier { files, renames: Vec::new(), terms: Arc::new(terms), len }
+    }
+
+    pub fn with_renames(mut self, renames: Vec<(String, String)>) -> Earlier {
+        self.renames = renames;
+        self
+    }
+}
+
+/// The files of each change of `history` by their names after the last change: a module
+/// moved to `src/` keeps the co-changes it had before the move.
+fn current_names(history: &[Earlier]) -> Vec<Vec<String>> {
+    let mut later: HashMap<String, String> = HashMap::new();
+    let mut out: Vec<Vec<String>> = vec![Vec::new(); history.len()];
+    for (k, e) in history.iter().enumerate().rev() {
+        let mut files: Vec<String> =
+            e.files.iter().map(|p| later.get(p).cloned().unwrap_or_else(|| p.clone())).collect();
+        files.sort();
+        files.dedup();
+        out[k] = files;
+        for (old, new) in &e.renames {
+            let fin = later.get(new).cloned().unwrap_or_else(|| new.clone());
+            later.insert(old.clone(), fin);
+        }
+    }
+    out
+}
+
 /// What the ranker knows about the PR.
 pub struct Query<'a> {
     /// Issue and PR text.
@@ -74,8 +222,8 @@ pub struct Query<'a> {
     pub changed: &'a [String],
     /// Contents of the changed files at the merge base (for their imports), by path.
     pub changed_content: &'a HashMap<String, std::sync::Arc<str>>,
-    /// Per candidate path: earlier PRs that changed it together with a changed file.
-    pub cochange: &'a HashMap<String, f64>,
+    /// The repository's earlier changes, oldest first.
+    pub history: &'a [Earlier],
     /// Use the changed paths at all (false for the text-only variant).
     pub use_paths: bool,
 }
@@ -83,6 +231,12 @@ pub struct Query<'a> {
 fn stem(path: &str) -> String {
     let name = path.rsplit('/').next().unwrap_or(path);
     name.split('.').next().unwrap_or(name).to_lowercase()
+}
+
+/// A test file: under a test directory or named as a test.
+fn is_test(path: &str) -> bool {
+    path.split('/').any(|seg| matches!(seg, "test" | "tests" | "testing" | "testsuite" | "__tests__" | "spec"))
+        || tested_stem(path).is_some()
 }
 
 fn dir(path: &str) -> &str {
@@ -137,87 +291,218 @@ pub fn imported_names(content: &str) -> HashSet<String> {
     out
 }
 
-fn scale(v: &mut [f64]) {
-    let max = v.iter().cloned().fold(0.0f64, f64::max);
-    if max > 0.0 {
-        v.iter_mut().for_each(|x| *x /= max);
+/// Names a file defines (functions, methods, classes, types), lower-cased: the symbols an
+/// issue or a changed file may mention.
+pub fn definitions(content: &str) -> Vec<String> {
+    const KEYWORDS: [&str; 11] =
+        ["def ", "class ", "fn ", "func ", "function ", "struct ", "enum ", "trait ", "interface ", "type ", "impl "];
+    let mut out = Vec::new();
+    for line in content.lines() {
+        let mut l = line.trim_start();
+        for p in [
+            "pub(crate) ",
+            "pub ",
+            "export ",
+            "async ",
+            "public ",
+            "private ",
+            "protected ",
+            "static ",
+            "abstract ",
+            "final ",
+        ] {
+            l = l.strip_prefix(p).unwrap_or(l);
+        }
+        if let Some(rest) = KEYWORDS.iter().find_map(|k| l.strip_prefix(k)) {
+            // Go methods: `func (r *T) Name(`.
+            let rest =
+                if rest.starts_with('(') { rest.split_once(')').map_or(rest, |(_, r)| r.trim_start()) } else { rest };
+            let name: String = rest.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            if name.len() >= 4 && !name.starts_with("__") {
+                out.push(name.to_lowercase());
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Identifiers of a text, lower-cased (whole identifiers, not their parts).
+pub fn identifiers(text: &str) -> HashSet<String> {
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .filter(|w| w.len() >= 4)
+        .map(|w| w.to_lowercase())
+        .collect()
+}
+
+/// What the ranker reads from a candidate's content, computed once per (path, blob): a
+/// repository's files are candidates of many PRs.
+pub struct FileFacts {
+    pub terms: Arc<HashMap<String, u32>>,
+    pub len: f64,
+    pub defs: Vec<String>,
+    pub imports: Vec<Target>,
+    pub import_names: HashSet<String>,
+}
+
+impl FileFacts {
+    pub fn new(path: &str, content: &str) -> FileFacts {
+        let head: String = content.chars().take(8000).collect();
+        // The path twice: a file named after the topic is as telling as a paragraph about it.
+        let (terms, len) = Bm25::term_counts(&format!("{path} {path} {head}"));
+        FileFacts {
+            terms: Arc::new(terms),
+            len,
+            defs: definitions(content),
+            imports: imports::targets(path, content),
+            import_names: imported_names(content),
+        }
     }
 }
 
-/// Feature values of every candidate, unscaled.
-pub struct Features {
-    pub bm25: Vec<f64>,
-    pub embedding: Vec<f64>,
-    pub imports: Vec<f64>,
-    pub tests: Vec<f64>,
-    pub cochange: Vec<f64>,
-    pub same_dir: Vec<f64>,
+/// [`FileFacts`] by (path, blob).
+#[derive(Default)]
+pub struct FactsCache {
+    by_key: HashMap<(String, String), Arc<FileFacts>>,
 }
 
-pub fn features(q: &Query, candidates: &[Candidate]) -> Features {
-    let docs: Vec<String> = candidates
-        .iter()
-        .map(|c| {
-            let head: String = c.content.chars().take(8000).collect();
-            format!("{} {} {}", c.path, c.path, head)
-        })
-        .collect();
-    let bm = Bm25::new(docs.iter().map(|d| d.as_str()));
+impl FactsCache {
+    pub fn get(&mut self, c: &Candidate) -> Arc<FileFacts> {
+        self.by_key
+            .entry((c.path.clone(), c.blob.clone()))
+            .or_insert_with(|| Arc::new(FileFacts::new(&c.path, &c.content)))
+            .clone()
+    }
+}
+
+fn scale(v: &mut [[f64; NF]], j: usize) {
+    let max = v.iter().map(|x| x[j]).fold(0.0f64, f64::max);
+    if max > 0.0 {
+        v.iter_mut().for_each(|x| x[j] /= max);
+    }
+}
+
+/// Feature values of every candidate, each scaled to [0, 1] over the candidates (the
+/// embedding from [`Candidate::embedding_similarity`], 0 where not filled). The raw BM25
+/// scores come back too: the baseline ranks by them.
+pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> (Vec<[f64; NF]>, Vec<f64>) {
+    let n = candidates.len();
+    let f: Vec<Arc<FileFacts>> = candidates.iter().map(|c| facts.get(c)).collect();
+    let bm = Bm25::from_counts(f.iter().map(|x| (x.terms.clone(), x.len)).collect());
     let query = if q.use_paths { format!("{} {}", q.text, q.changed.join(" ")) } else { q.text.to_string() };
     let bm25 = bm.scores(&query);
-    let n = candidates.len();
-    let (mut imports, mut tests, mut cochange, mut same_dir) = (vec![0.0; n], vec![0.0; n], vec![0.0; n], vec![0.0; n]);
+    let bm25_text = if q.use_paths { bm.scores(q.text) } else { bm25.clone() };
+    let mut x = vec![[0.0; NF]; n];
+    for i in 0..n {
+        x[i][0] = bm25[i];
+        x[i][1] = bm25_text[i];
+    }
+
+    // Symbols: a definition named in the text (or used by a changed file) points at its
+    // file, the more so the fewer files define that name.
+    let mut df: HashMap<&str, f64> = HashMap::new();
+    for d in f.iter().flat_map(|x| x.defs.iter()) {
+        *df.entry(d.as_str()).or_default() += 1.0;
+    }
+    let text_ids = identifiers(q.text);
+    for i in 0..n {
+        x[i][10] = f[i].defs.iter().filter(|d| text_ids.contains(*d)).map(|d| 1.0 / df[d.as_str()]).sum();
+    }
+
+    let history_files = if q.history.iter().any(|e| !e.renames.is_empty()) {
+        current_names(q.history)
+    } else {
+        q.history.iter().map(|e| e.files.clone()).collect()
+    };
+    // Earlier changes that read like this one vote for the files they changed (bug reports
+    // resemble earlier reports about the same code).
+    if !q.history.is_empty() {
+        let past = Bm25::from_counts(q.history.iter().map(|e| (e.terms.clone(), e.len)).collect());
+        let mut sim: Vec<(f64, usize)> =
+            past.scores(q.text).into_iter().enumerate().filter(|(_, s)| *s > 0.0).map(|(k, s)| (s, k)).collect();
+        sim.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let by_path: HashMap<&str, usize> = candidates.iter().enumerate().map(|(i, c)| (c.path.as_str(), i)).collect();
+        for (score, k) in sim.into_iter().take(SIMILAR_CHANGES) {
+            for p in &history_files[k] {
+                if let Some(&i) = by_path.get(p.as_str()) {
+                    x[i][SIMILAR] += score;
+                }
+            }
+        }
+    }
+
     if q.use_paths {
         let changed_stems: HashSet<String> = q.changed.iter().map(|p| stem(p)).collect();
         let changed_dirs: HashSet<&str> = q.changed.iter().map(|p| dir(p)).collect();
         let changed_tested: HashSet<String> = q.changed.iter().filter_map(|p| tested_stem(p)).collect();
-        let changed_imports: HashSet<String> = q.changed_content.values().flat_map(|c| imported_names(c)).collect();
+        let changed_names: HashSet<String> = q.changed_content.values().flat_map(|c| imported_names(c)).collect();
+        let changed_ids: HashSet<String> = q.changed_content.values().flat_map(|c| identifiers(c)).collect();
+
+        // Imports resolved against the tree, both ways.
+        let cand_index = imports::PathIndex::new(candidates.iter().map(|c| c.path.as_str()));
+        let changed_index = imports::PathIndex::new(q.changed.iter().map(|p| p.as_str()));
+        let by_path: HashMap<&str, usize> = candidates.iter().enumerate().map(|(i, c)| (c.path.as_str(), i)).collect();
+        let mut imported_by_changed = vec![false; n];
+        for (p, content) in q.changed_content {
+            for t in imports::targets(p, content) {
+                for hit in cand_index.resolve(&t) {
+                    imported_by_changed[by_path[hit]] = true;
+                }
+            }
+        }
+
+        // Co-change, raw and decayed by age, and how often each file changed at all.
+        let changed_set: HashSet<&String> = q.changed.iter().collect();
+        let mut co: HashMap<&str, f64> = HashMap::new();
+        let mut co_recent: HashMap<&str, f64> = HashMap::new();
+        let mut prior: HashMap<&str, f64> = HashMap::new();
+        let h = q.history.len();
+        for (k, files) in history_files.iter().enumerate() {
+            let decay = 0.5f64.powf((h - k) as f64 / HALF_LIFE_CHANGES);
+            let touches = files.iter().any(|p| changed_set.contains(p));
+            for p in files {
+                *prior.entry(p.as_str()).or_default() += decay;
+                if touches && !changed_set.contains(p) {
+                    *co.entry(p.as_str()).or_default() += 1.0;
+                    *co_recent.entry(p.as_str()).or_default() += decay;
+                }
+            }
+        }
+
+        // A PR that changes code and its tests shows one of them when the other is hidden: a
+        // candidate of the kind (test or not) that no visible code file is, fills the gap.
+        let visible_code: Vec<&String> = q.changed.iter().filter(|p| crate::lang::language(p).is_some()).collect();
+        let has_tests = visible_code.iter().any(|p| is_test(p));
+        let has_source = visible_code.iter().any(|p| !is_test(p));
+
+        let paths = Bm25::new(candidates.iter().map(|c| c.path.as_str()));
+        let path_terms = paths.scores(&q.changed.join(" "));
         for (i, c) in candidates.iter().enumerate() {
             let s = stem(&c.path);
-            let imports_changed = imported_names(&c.content).iter().any(|n| changed_stems.contains(n));
-            let imported_by_changed = changed_imports.contains(&s);
-            imports[i] = f64::from(u8::from(imports_changed)) + f64::from(u8::from(imported_by_changed));
+            x[i][2] = path_terms[i];
+            let imports_changed = f[i].imports.iter().any(|t| !changed_index.resolve(t).is_empty());
+            x[i][3] = f64::from(u8::from(imports_changed)) + f64::from(u8::from(imported_by_changed[i]));
+            let names_changed = f[i].import_names.iter().any(|n| changed_stems.contains(n));
+            x[i][4] = f64::from(u8::from(names_changed)) + f64::from(u8::from(changed_names.contains(&s)));
             let is_test_of_changed = tested_stem(&c.path).is_some_and(|t| changed_stems.contains(&t));
-            let tested_by_changed = changed_tested.contains(&s);
-            tests[i] = f64::from(u8::from(is_test_of_changed || tested_by_changed));
-            cochange[i] = q.cochange.get(&c.path).copied().unwrap_or(0.0);
-            same_dir[i] = f64::from(u8::from(changed_dirs.contains(dir(&c.path))));
+            x[i][5] = f64::from(u8::from(is_test_of_changed || changed_tested.contains(&s)));
+            x[i][6] = co.get(c.path.as_str()).copied().unwrap_or(0.0);
+            x[i][7] = co_recent.get(c.path.as_str()).copied().unwrap_or(0.0);
+            x[i][8] = prior.get(c.path.as_str()).copied().unwrap_or(0.0);
+            x[i][9] = f64::from(u8::from(changed_dirs.contains(dir(&c.path))));
+            x[i][11] = f[i].defs.iter().filter(|d| changed_ids.contains(*d)).map(|d| 1.0 / df[d.as_str()]).sum();
+            x[i][12] = f64::from(u8::from(if is_test(&c.path) { !has_tests } else { !has_source }));
         }
     }
-    Features {
-        bm25,
-        embedding: candidates.iter().map(|c| f64::from(c.embedding_similarity.max(0.0))).collect(),
-        imports,
-        tests,
-        cochange,
-        same_dir,
+    for (i, c) in candidates.iter().enumerate() {
+        // Similarities of unrelated text sit around 0.1-0.3 for this model: spread the top.
+        x[i][EMBEDDING] = f64::from(c.embedding_similarity - 0.15).max(0.0);
     }
-}
-
-/// Scores (higher is more relevant) of every candidate.
-pub fn score(ranker: Ranker, w: &Weights, f: Features) -> Vec<f64> {
-    let Features { mut bm25, embedding, mut imports, mut tests, mut cochange, mut same_dir } = f;
-    if ranker == Ranker::Bm25 {
-        return bm25;
+    for j in 0..NF {
+        scale(&mut x, j);
     }
-    scale(&mut bm25);
-    scale(&mut imports);
-    scale(&mut tests);
-    scale(&mut cochange);
-    scale(&mut same_dir);
-    // Similarities of unrelated text sit around 0.1-0.3 for this model: spread the top.
-    let mut emb: Vec<f64> = embedding.iter().map(|e| (e - 0.15).max(0.0)).collect();
-    scale(&mut emb);
-    (0..bm25.len())
-        .map(|i| {
-            w.bm25 * bm25[i]
-                + w.embedding * emb[i]
-                + w.imports * imports[i]
-                + w.tests * tests[i]
-                + w.cochange * cochange[i]
-                + w.same_dir * same_dir[i]
-        })
-        .collect()
+    (x, bm25)
 }
 
 /// Candidate indexes by descending score (ties: path order, for determinism).
@@ -263,17 +548,61 @@ mod tests {
             cand("calc/util.py", "def clamp(x):\n    return x\n"),
         ];
         let changed = vec!["calc/ops.py".to_string()];
-        let (no_content, no_cochange) = (HashMap::new(), HashMap::new());
+        let no_content = HashMap::new();
         let q = Query {
             text: "division by zero crashes",
             changed: &changed,
             changed_content: &no_content,
-            cochange: &no_cochange,
+            history: &[],
             use_paths: true,
         };
-        let hybrid = order(&score(Ranker::Hybrid, &Weights::default(), features(&q, &candidates)), &candidates);
-        assert_eq!(candidates[hybrid[0]].path, "tests/test_ops.py");
-        let bm25 = order(&score(Ranker::Bm25, &Weights::default(), features(&q, &candidates)), &candidates);
-        assert_eq!(candidates[bm25[0]].path, "docs/zero.md", "text alone prefers the word match");
+        let mut facts = FactsCache::default();
+        let (x, bm25) = features(&q, &candidates, &mut facts);
+        let model = Model::from_config(&Weights::default());
+        let hybrid: Vec<f64> = x.iter().map(|v| model.score(v, false)).collect();
+        assert_eq!(candidates[order(&hybrid, &candidates)[0]].path, "tests/test_ops.py");
+        assert_eq!(candidates[order(&bm25, &candidates)[0]].path, "docs/zero.md", "text alone prefers the word match");
+    }
+
+    #[test]
+    fn definitions_and_history_features() {
+        let defs = definitions("class Map:\n    def bind_to_environ(self):\n        pass\n    def __init__(self): ...\nfunc (r *Router) Handle() {}\npub fn parse_expr() {}\n");
+        assert_eq!(defs, vec!["bind_to_environ", "handle", "parse_expr"]);
+        let cand = |p: &str, c: &str| Candidate {
+            path: p.into(),
+            blob: p.into(),
+            content: c.into(),
+            embedding_similarity: 0.0,
+        };
+        let candidates = vec![
+            cand("src/app/map.py", "class Map:\n    def bind_to_environ(self):\n        pass\n"),
+            cand("src/app/old.py", "x = 1\n"),
+            cand("src/app/new.py", "y = 2\n"),
+        ];
+        let changed = vec!["src/app/rules.py".to_string()];
+        // old.py changed with rules.py long ago, new.py recently: the same raw co-change, more
+        // recent weight for new.py.
+        let mut history = vec![Earlier::new(vec!["src/app/rules.py".into(), "src/app/old.py".into()], "old")];
+        history.extend((0..200).map(|i| Earlier::new(vec![format!("docs/{i}.md")], "docs")));
+        history.push(Earlier::new(vec!["src/app/rules.py".into(), "src/app/new.py".into()], "binding fails"));
+        let content: HashMap<String, Arc<str>> =
+            [("src/app/rules.py".to_string(), Arc::from("from .map import Map\nMap().bind_to_environ()\n"))].into();
+        let q = Query {
+            text: "bind_to_environ fails",
+            changed: &changed,
+            changed_content: &content,
+            history: &history,
+            use_paths: true,
+        };
+        let (x, _) = features(&q, &candidates, &mut FactsCache::default());
+        let f = |name: &str| FEATURES.iter().position(|n| *n == name).unwrap();
+        assert_eq!(x[0][f("symbols_text")], 1.0);
+        assert_eq!(x[0][f("symbols_changed")], 1.0);
+        assert_eq!(x[0][f("imports")], 1.0, "rules.py imports map.py (resolved)");
+        assert_eq!(x[1][f("imports")], 0.0);
+        assert_eq!(x[1][f("cochange")], x[2][f("cochange")]);
+        assert!(x[2][f("cochange_recent")] > 10.0 * x[1][f("cochange_recent")]);
+        // The one earlier change whose text shares a word ("fails") changed new.py.
+        assert_eq!((x[1][f("similar_changes")], x[2][f("similar_changes")]), (0.0, 1.0));
     }
 }

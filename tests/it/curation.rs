@@ -256,7 +256,12 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
     // Relevance ran with the real MiniLM model through ONNX Runtime.
     let models: BTreeSet<String> =
         pairs(&lake, "SELECT DISTINCT model, 1 FROM pr_relevant_files").await.into_iter().map(|x| x.0).collect();
-    assert_eq!(models, BTreeSet::from(["hybrid-minilm+all-MiniLM-L6-v2-int8".to_string()]));
+    // One model per run, named with its encoder and the weights it ranked with: the sample
+    // repositories have too few earlier PRs to learn from, so the config's.
+    assert_eq!(models.len(), 1, "{models:?}");
+    let model = models.first().unwrap();
+    assert!(model.starts_with("hybrid-minilm+all-MiniLM-L6-v2-int8 [first stage config: bm25=0.950,"), "{model}");
+    assert!(model.contains("top 30 re-ranked config:") && model.contains("embedding=0.750"), "{model}");
     // Relevant files are never files the PR changed, and their contents are in file_blobs.
     assert_eq!(
         count(&lake, "SELECT count(*) FROM pr_relevant_files r JOIN pr_files f ON f.repo_name = r.repo_name AND f.pr_number = r.pr_number AND (f.path = r.path OR f.old_path = r.path)").await,
@@ -423,7 +428,7 @@ async fn relevance_evaluation_on_the_sample_history() {
     let repo = swelake::git::open_mirror(&dir.path().join("mirrors"), "swelake-samples/calc", "unused").unwrap();
     let changes = swelake::relevance::changes_from_lake(&lake, "swelake-samples/calc").await.unwrap();
     let config = swelake::jobs::CurationConfig::load(None).unwrap();
-    let report = swelake::relevance::evaluate(&repo, &changes, &config.relevance, None).unwrap();
+    let report = swelake::relevance::evaluate(&repo, &changes, &config.relevance, None, None).unwrap();
     assert!(report.cases >= 2, "{report:?}");
     let bm25 = report.recall["bm25 (text + paths)"];
     assert!(bm25[2] >= bm25[1] && bm25[1] >= bm25[0], "recall grows with k: {bm25:?}");

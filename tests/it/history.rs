@@ -236,4 +236,35 @@ async fn seed_instances_of_a_real_history_show_every_hunk_and_their_oracles_scor
     for (id, _, reward) in &instances {
         assert_eq!(*reward, 1.0, "{id}: its oracle");
     }
+
+    // Relevance on the same real history, leave-one-out over every merged PR: the learned
+    // first stage (fitted as PRs go by, on earlier PRs only) above BM25 (the encoder's part is
+    // measured by `swelake eval-relevance`; its cost does not fit CI).
+    let repo = opts.git.as_ref().unwrap().mirrors.open(name).unwrap();
+    let changes = swelake::relevance::changes_from_lake(&lake, name).await.unwrap();
+    let report = tokio::task::block_in_place(|| {
+        swelake::relevance::evaluate(&repo, &changes, &opts.curation.relevance, None, None)
+    })
+    .unwrap();
+    eprintln!("{name}: {}", report.render());
+    let bm25 = report.recall["bm25 (text + paths)"];
+    let learned = report.recall["learned, no encoder (text + paths)"];
+    assert!(report.cases > 700, "{}", report.cases);
+    assert!(learned[2] >= bm25[2] + 0.04, "recall@10 {learned:?} vs BM25 {bm25:?}");
+    assert!(learned[0] >= bm25[0] + 0.05, "recall@1 {learned:?} vs BM25 {bm25:?}");
+    assert!(report.learned["learned, no encoder (text + paths)"].fits >= 5);
+
+    // The job's fit: on the most recent cases, away from the config's starting weights.
+    let mut cfg = opts.curation.relevance.clone();
+    cfg.ranker = swelake::relevance::rank::Ranker::Hybrid;
+    let base = swelake::relevance::Pipeline::from_config(&cfg);
+    let mut facts = swelake::relevance::rank::FactsCache::default();
+    let (fitted, cases) = tokio::task::block_in_place(|| {
+        swelake::relevance::fit_on_history(&repo, &changes, base.clone(), &cfg, &mut facts, None)
+    })
+    .unwrap();
+    assert!(cases > 300 && cases <= cfg.train_cases, "{cases}");
+    assert_eq!(fitted.cheap.fitted_on, cases);
+    assert_ne!(fitted.cheap.weights, base.cheap.weights);
+    assert!(fitted.describe(Some("enc")).contains(&format!("first stage learned on {cases} cases: bm25=")));
 }
