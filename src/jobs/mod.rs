@@ -557,6 +557,10 @@ impl From<crate::relevance::RelevanceSummary> for JobSummary {
             ("prs_already_done".to_string(), s.prs_already_done as i64),
             ("candidates".to_string(), s.candidates as i64),
             ("chunks_embedded".to_string(), s.embedded_chunks as i64),
+            ("embedding_cache_hit_percent".to_string(), (100.0 * s.embedding_cache_hit_rate).round() as i64),
+            ("training_cases".to_string(), s.training_cases as i64),
+            ("fit_ms".to_string(), (1000.0 * s.fit_seconds).round() as i64),
+            ("rank_ms".to_string(), (1000.0 * s.rank_seconds).round() as i64),
         ]);
         for (k, v) in &s.failures {
             notes.insert(format!("failed:{k}"), *v as i64);
