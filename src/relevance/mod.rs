@@ -1197,28 +1197,17 @@ pub fn evaluate(
     let mut variants: Vec<Variant> = Vec::new();
     let bm25 = Pipeline { ranker: Ranker::Bm25, ..Pipeline::from_config(cfg) };
     let hybrid = Pipeline { ranker: Ranker::Hybrid, ..Pipeline::from_config(cfg) };
-    for (paths, label) in [(true, "text + paths"), (false, "text only")] {
-        variants.push(Variant {
-            name: format!("bm25 ({label})"),
-            use_paths: paths,
-            pipeline: bm25.clone(),
-            learner: None,
+    for (use_paths, label) in [(true, "text + paths"), (false, "text only")] {
+        let variant = |name: String, pipeline: &Pipeline, learner: Option<Learner>| Variant {
+            name,
+            use_paths,
+            pipeline: pipeline.clone(),
+            learner,
             hits: [0; 3],
-        });
-        variants.push(Variant {
-            name: format!("hybrid, config weights{suffix} ({label})"),
-            use_paths: paths,
-            pipeline: hybrid.clone(),
-            learner: None,
-            hits: [0; 3],
-        });
-        variants.push(Variant {
-            name: format!("learned{suffix} ({label})"),
-            use_paths: paths,
-            pipeline: hybrid.clone(),
-            learner: Some(Learner::new(hybrid.clone(), cfg)),
-            hits: [0; 3],
-        });
+        };
+        variants.push(variant(format!("bm25 ({label})"), &bm25, None));
+        variants.push(variant(format!("hybrid, config weights{suffix} ({label})"), &hybrid, None));
+        variants.push(variant(format!("learned{suffix} ({label})"), &hybrid, Some(Learner::new(hybrid.clone(), cfg))));
     }
     let mut cache = EmbeddingCache { batch_by_length: true, ..Default::default() };
     let mut facts = FactsCache::default();
