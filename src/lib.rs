@@ -26,7 +26,7 @@
 //! 2. stages: [`ingest`], [`prs`], [`snapshots`], [`filters`], [`relevance`], [`seed`],
 //!    [`report`], [`reward`], [`train`]; a stage imports infrastructure, and only the reward of
 //!    the other stages;
-//! 3. orchestration: [`jobs`] (the scheduler), [`udfs`] (every SQL function, registered by the
+//! 3. orchestration: [`jobs`] (the scheduler), [`distributed`] (the SQL jobs on Ballista), [`udfs`] (every SQL function, registered by the
 //!    layers that plan queries), [`sql`] (the `swelake sql` command), `demo`, `bench`,
 //!    [`samples`];
 //! 4. [`cli`]: the command line, the only module that knows clap.
@@ -55,6 +55,7 @@ pub use swelake_train as train;
 // Orchestration.
 pub(crate) mod bench;
 pub(crate) mod demo;
+pub mod distributed;
 pub mod jobs;
 pub mod samples;
 pub mod sql;

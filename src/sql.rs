@@ -26,6 +26,16 @@ pub enum Format {
 pub async fn query(lake: &Lake, query: &str) -> Result<Vec<RecordBatch>> {
     let ctx = lake.session().await?;
     crate::udfs::register_all(&ctx);
+    run_read_only(&ctx, query).await
+}
+
+/// [`query`] on the Ballista cluster at `scheduler`, over the tables' current files.
+pub async fn query_on_cluster(lake: &Lake, scheduler: &str, query: &str) -> Result<Vec<RecordBatch>> {
+    let ctx = crate::distributed::session(lake, scheduler, &[]).await?;
+    run_read_only(&ctx, query).await
+}
+
+async fn run_read_only(ctx: &datafusion::prelude::SessionContext, query: &str) -> Result<Vec<RecordBatch>> {
     let options = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
     let df = ctx.sql_with_options(query, options).await.context("planning the query")?;
     df.collect().await.context("running the query")

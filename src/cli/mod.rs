@@ -161,6 +161,22 @@ Prints recall@1/5/10 for BM25 and the hybrid ranker, with and without the change
     /// Benchmarks that print throughput next to a baseline measured in the same run.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// A Ballista cluster for the SQL jobs: a scheduler and executors that know swelake's SQL
+    /// functions. Jobs run on it with `swelake run … --engine ballista --scheduler df://HOST:PORT`.
+    #[command(
+        subcommand,
+        after_help = "\
+A cluster is one scheduler and any number of executors, all started from this binary:
+  swelake ballista scheduler --bind 0.0.0.0:50050
+  swelake ballista executor --scheduler sched-host:50050 --bind 0.0.0.0:50051 --concurrent-tasks 4
+  swelake run --all --lake s3://bucket/lake --engine ballista --scheduler df://sched-host:50050
+
+The job's client plans its SQL with its own sql/ files and --config, ships the plan, and
+commits the result to the lake; executors read the lake's Parquet files themselves, so they
+need the same object-store credentials (AWS_* variables or --storage-option). The git stages
+(snapshots, relevance) do not run on the cluster: shard them with --shard I/N instead."
+    )]
+    Ballista(BallistaCommand),
     /// Regenerate the sample hour files (and optionally the sample git repositories).
     #[command(hide = true)]
     Samples {
@@ -216,6 +232,12 @@ struct IngestArgs {
     wait_for_lease: Option<std::time::Duration>,
 }
 
+#[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum EngineArg {
+    Local,
+    Ballista,
+}
+
 #[derive(Args, Debug)]
 struct RunArgs {
     /// Jobs to run (with their dependencies).
@@ -261,6 +283,13 @@ struct RunArgs {
     /// Blobs larger than this are recorded without their content.
     #[arg(long, default_value_t = 1 << 20)]
     max_blob_bytes: usize,
+    /// Git stages (prs_from_git, snapshots, relevance) on this shard's repositories only:
+    /// I/N with 0 <= I < N. N workers with 0/N … N-1/N cover every repository exactly once
+    /// (by a stable hash of owner/name) and commit to the same tables; blobs that several
+    /// repositories share are stored once. E.g. a Kubernetes indexed Job:
+    /// --shard $JOB_COMPLETION_INDEX/N.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<crate::git::Shard>,
     /// Curation config (filters, relevance, seed) [default: the built-in config/curation.toml].
     #[arg(long)]
     config: Option<PathBuf>,
@@ -282,6 +311,13 @@ struct RunArgs {
     /// instead of exiting with status 75.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     wait_for_lease: Option<std::time::Duration>,
+    /// Where the SQL jobs run: in this process (local) or on a Ballista cluster (ballista,
+    /// with --scheduler). The git stages always run here.
+    #[arg(long, value_enum, default_value_t = EngineArg::Local)]
+    engine: EngineArg,
+    /// The Ballista scheduler, df://HOST:PORT (started with `swelake ballista scheduler`).
+    #[arg(long, value_name = "df://HOST:PORT")]
+    scheduler: Option<String>,
 }
 
 #[derive(Args, Debug)]
@@ -360,6 +396,9 @@ struct SqlArgs {
     /// Output format.
     #[arg(long, value_enum, default_value_t = FormatArg::Table)]
     format: FormatArg,
+    /// Run the query on a Ballista cluster (`swelake ballista …`) instead of here.
+    #[arg(long, value_name = "df://HOST:PORT")]
+    scheduler: Option<String>,
     /// The query (SELECT/WITH/SHOW/DESCRIBE/EXPLAIN).
     query: String,
 }
@@ -394,6 +433,34 @@ struct DemoArgs {
     /// Directory with the sample inputs.
     #[arg(long, default_value = "data-samples")]
     samples: PathBuf,
+}
+
+#[derive(Subcommand, Debug)]
+enum BallistaCommand {
+    /// Run a scheduler until killed.
+    Scheduler {
+        /// Address to listen on for clients and executors.
+        #[arg(long, default_value = "127.0.0.1:50050", value_name = "HOST:PORT")]
+        bind: String,
+    },
+    /// Run an executor until killed: it registers with the scheduler and runs tasks.
+    Executor {
+        /// The scheduler's address.
+        #[arg(long, value_name = "HOST:PORT")]
+        scheduler: String,
+        /// Address of this executor's data (Arrow Flight) port.
+        #[arg(long, default_value = "127.0.0.1:50051", value_name = "HOST:PORT")]
+        bind: String,
+        /// Its gRPC port [default: the data port + 1].
+        #[arg(long, value_name = "P")]
+        grpc_port: Option<u16>,
+        /// Tasks it runs at once [default: the number of cores].
+        #[arg(long, value_name = "N")]
+        concurrent_tasks: Option<usize>,
+        /// Where it keeps shuffle files [default: a temporary directory].
+        #[arg(long, value_name = "D")]
+        work_dir: Option<PathBuf>,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -695,6 +762,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
+            let engine = match (a.engine, &a.scheduler) {
+                (EngineArg::Local, None) => crate::distributed::Engine::Local,
+                (EngineArg::Local, Some(_)) => bail!("--scheduler is for --engine ballista"),
+                (EngineArg::Ballista, None) => bail!("--engine ballista needs --scheduler df://HOST:PORT"),
+                (EngineArg::Ballista, Some(s)) => {
+                    crate::distributed::Engine::Ballista { scheduler: crate::distributed::scheduler_url(s)? }
+                }
+            };
             let lake = open(a.lake.as_deref().expect("clap requires --lake"))?;
             let wanted: Vec<String> = if a.all { registry.jobs.keys().cloned().collect() } else { a.jobs.clone() };
             let curation = crate::jobs::CurationConfig::load(a.config.as_deref())?;
@@ -722,11 +797,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                     force: a.force,
                     threads: default_jobs(),
                     discover_prs,
+                    shard: a.shard,
                 }),
                 all: a.all,
                 curation,
                 lease_wait: a.wait_for_lease,
                 show_progress: !quiet && !a.json,
+                engine,
             };
             let mut report = crate::jobs::run_report(&lake, &registry, &wanted, &opts).await?;
             if a.json {
@@ -792,7 +869,12 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Sql(a) => {
             let lake = open(&a.lake)?;
-            let batches = crate::sql::query(&lake, &a.query).await?;
+            let batches = match &a.scheduler {
+                None => crate::sql::query(&lake, &a.query).await?,
+                Some(s) => {
+                    crate::sql::query_on_cluster(&lake, &crate::distributed::scheduler_url(s)?, &a.query).await?
+                }
+            };
             let stdout = std::io::stdout();
             crate::sql::write(&batches, a.format.into(), BufWriter::new(stdout.lock()))?;
             Ok(ExitCode::SUCCESS)
@@ -928,6 +1010,21 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             for p in crate::samples::write_hours(&hours, &made)? {
                 println!("wrote {}", p.display());
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ballista(BallistaCommand::Scheduler { bind }) => {
+            crate::distributed::scheduler(&bind, &crate::lake::store::options(&given)).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Ballista(BallistaCommand::Executor { scheduler, bind, grpc_port, concurrent_tasks, work_dir }) => {
+            let o = crate::distributed::ExecutorOptions {
+                scheduler,
+                bind,
+                grpc_port,
+                concurrent_tasks: concurrent_tasks.unwrap_or_else(default_jobs),
+                work_dir,
+            };
+            crate::distributed::executor(&o, &crate::lake::store::options(&given)).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::BenchFloor { path, zstd_pages } => {

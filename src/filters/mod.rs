@@ -14,7 +14,6 @@ pub(crate) mod udf;
 use std::collections::HashSet;
 use std::sync::{Arc, OnceLock};
 
-use arrow::array::{ArrayRef, BooleanArray, Int64Array, RecordBatch, StringArray};
 use datafusion::prelude::SessionContext;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
@@ -70,22 +69,32 @@ impl Default for FilterConfig {
 /// Makes `config` visible to `sql/pr_quality.sql`: the one-row table `config_filters`
 /// (thresholds), the table `config_decontaminate(repo)`, and the filter functions built from
 /// the config's patterns (replacing the built-in ones).
-pub fn register_sql(ctx: &SessionContext, config: &FilterConfig) -> anyhow::Result<()> {
+pub async fn register_sql(ctx: &SessionContext, config: &FilterConfig) -> anyhow::Result<()> {
     let f = config;
-    let thresholds = RecordBatch::try_from_iter(vec![
-        ("min_files", Arc::new(Int64Array::from(vec![f.min_files])) as ArrayRef),
-        ("max_files", Arc::new(Int64Array::from(vec![f.max_files]))),
-        ("max_changed_lines", Arc::new(Int64Array::from(vec![f.max_changed_lines]))),
-        ("min_issue_chars", Arc::new(Int64Array::from(vec![f.min_issue_chars]))),
-        ("require_linked_issue", Arc::new(BooleanArray::from(vec![f.require_linked_issue]))),
-        ("pr_text_problems", Arc::new(StringArray::from(vec![f.pr_text_problems.name()]))),
-    ])?;
-    ctx.register_batch("config_filters", thresholds)?;
-    let repos = RecordBatch::try_from_iter(vec![(
-        "repo",
-        Arc::new(StringArray::from_iter_values(f.decontaminate.iter())) as ArrayRef,
-    )])?;
-    ctx.register_batch("config_decontaminate", repos)?;
+    // Views over literals rather than in-memory tables: a plan that reads them can be shipped
+    // to a Ballista cluster, which cannot serialize memory tables.
+    let q = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let thresholds = format!(
+        "SELECT arrow_cast({}, 'Int64') AS min_files, arrow_cast({}, 'Int64') AS max_files, \
+         arrow_cast({}, 'Int64') AS max_changed_lines, arrow_cast({}, 'Int64') AS min_issue_chars, \
+         {} AS require_linked_issue, {} AS pr_text_problems",
+        f.min_files,
+        f.max_files,
+        f.max_changed_lines,
+        f.min_issue_chars,
+        f.require_linked_issue,
+        q(f.pr_text_problems.name())
+    );
+    let thresholds = ctx.sql(&thresholds).await?;
+    ctx.register_table("config_filters", thresholds.into_view())?;
+    let repos = if f.decontaminate.is_empty() {
+        "SELECT arrow_cast(NULL, 'Utf8') AS repo WHERE false".to_string()
+    } else {
+        let rows: Vec<String> = f.decontaminate.iter().map(|r| format!("({})", q(r))).collect();
+        format!("SELECT column1 AS repo FROM (VALUES {})", rows.join(", "))
+    };
+    let repos = ctx.sql(&repos).await?;
+    ctx.register_table("config_decontaminate", repos.into_view())?;
     for u in udf::filter_udfs(Arc::new(Predicates::new(f)?)) {
         ctx.register_udf(u);
     }
@@ -99,6 +108,9 @@ pub struct Predicates {
     login_patterns: Vec<Regex>,
     words: Regex,
     noise: Vec<Regex>,
+    /// The config these were compiled from, as JSON: what a plan shipped to other processes
+    /// carries, so their functions are built from the same config.
+    config_json: String,
 }
 
 impl Predicates {
@@ -114,6 +126,7 @@ impl Predicates {
             login_patterns,
             words,
             noise,
+            config_json: serde_json::to_string(c)?,
         })
     }
 

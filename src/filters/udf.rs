@@ -97,3 +97,39 @@ pub fn filter_udfs(predicates: Arc<Predicates>) -> Vec<ScalarUDF> {
         })
         .collect()
 }
+
+/// The config a filter function was built from, when `udf` is one: what a plan carries to
+/// the processes that run it (Ballista's scheduler and executors), so that they filter by
+/// the job's `--config`, not by their own defaults.
+pub fn encode(udf: &ScalarUDF) -> Option<Vec<u8>> {
+    let inner: &dyn std::any::Any = udf.inner().as_ref();
+    inner.downcast_ref::<FilterUdf>().map(|f| f.predicates.config_json.as_bytes().to_vec())
+}
+
+/// The filter function `name` built from the config [`encode`] wrote. Compiled predicates are
+/// kept per config, since every task of a job decodes the same ones.
+pub fn decode(name: &str, buf: &[u8]) -> anyhow::Result<ScalarUDF> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static COMPILED: OnceLock<Mutex<HashMap<Vec<u8>, Arc<Predicates>>>> = OnceLock::new();
+    let predicates = {
+        let mut cache = COMPILED.get_or_init(Default::default).lock().unwrap_or_else(|e| e.into_inner());
+        match cache.get(buf) {
+            Some(p) => p.clone(),
+            None => {
+                let config: super::FilterConfig = serde_json::from_slice(buf)
+                    .map_err(|e| anyhow::anyhow!("the filter config carried by `{name}` does not parse: {e}"))?;
+                let p = Arc::new(Predicates::new(&config)?);
+                if cache.len() > 64 {
+                    cache.clear();
+                }
+                cache.insert(buf.to_vec(), p.clone());
+                p
+            }
+        }
+    };
+    filter_udfs(predicates)
+        .into_iter()
+        .find(|f| f.name() == name)
+        .ok_or_else(|| anyhow::anyhow!("`{name}` is not a filter function"))
+}

@@ -8,6 +8,9 @@
 use std::path::{Path, PathBuf};
 
 pub mod renames;
+pub mod shard;
+
+pub use shard::Shard;
 
 use git2::{Delta, DiffOptions, FetchOptions, Oid, Patch, Repository, Sort};
 

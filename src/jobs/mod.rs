@@ -412,11 +412,31 @@ pub struct GitOptions {
     /// Find merged PRs in git too (the prs_from_git job): `--discover-from-git`, the
     /// `[discovery]` config, or always with `--repos-file`.
     pub discover_prs: bool,
+    /// Only the repositories of this shard (`--shard I/N`): N workers together cover every
+    /// repository exactly once.
+    pub shard: Option<crate::git::Shard>,
 }
 
 impl GitOptions {
     pub fn new(mirrors: Mirrors) -> GitOptions {
-        GitOptions { mirrors, repos: None, max_blob_bytes: 1 << 20, force: false, threads: 2, discover_prs: false }
+        GitOptions {
+            mirrors,
+            repos: None,
+            max_blob_bytes: 1 << 20,
+            force: false,
+            threads: 2,
+            discover_prs: false,
+            shard: None,
+        }
+    }
+
+    /// What a git stage's run holds a lease on: its repositories, its shard, or everything.
+    fn lease_keys(&self) -> Vec<String> {
+        match (&self.repos, &self.shard) {
+            (Some(r), _) => r.clone(),
+            (None, Some(s)) => vec![s.lease_key()],
+            (None, None) => vec!["__all__".to_string()],
+        }
     }
 }
 
@@ -441,6 +461,8 @@ pub struct RunOptions {
     /// with [`crate::lake::lease::Busy`]).
     pub lease_wait: Option<std::time::Duration>,
     pub show_progress: bool,
+    /// Where the SQL jobs run: here, or on a Ballista cluster.
+    pub engine: crate::distributed::Engine,
 }
 
 /// What one job did, as printed by the CLI and recorded in `_job_runs`.
@@ -689,8 +711,9 @@ async fn run_one(
                             jobs: g.threads,
                             force: g.force,
                             show_progress: opts.show_progress,
+                            shard: g.shard,
                         };
-                        let keys = g.repos.clone().unwrap_or_else(|| vec!["__all__".to_string()]);
+                        let keys = g.lease_keys();
                         let work = crate::snapshots::run(lake, &so);
                         JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
                     }
@@ -704,8 +727,9 @@ async fn run_one(
                             force: g.force,
                             threads: g.threads,
                             show_progress: opts.show_progress,
+                            shard: g.shard,
                         };
-                        let keys = g.repos.clone().unwrap_or_else(|| vec!["__all__".to_string()]);
+                        let keys = g.lease_keys();
                         let work = crate::relevance::run(lake, &ro);
                         JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
                     }
@@ -719,8 +743,9 @@ async fn run_one(
                             force: g.force,
                             threads: g.threads,
                             show_progress: opts.show_progress,
+                            shard: g.shard,
                         };
-                        let keys = g.repos.clone().unwrap_or_else(|| vec!["__all__".to_string()]);
+                        let keys = g.lease_keys();
                         let work = crate::prs::from_git::run(lake, &o);
                         JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
                     }

@@ -164,12 +164,7 @@ pub async fn run(
         .collect();
     summary.partitions = todo.iter().map(|(p, _)| p.clone()).collect();
 
-    let optional: Vec<&str> = job.optional_inputs.iter().map(String::as_str).collect();
-    let ctx = lake.session_with(&optional).await?;
-    crate::udfs::register_all(&ctx);
-    if job.config == Some(Section::Filters) {
-        crate::filters::register_sql(&ctx, &opts.curation.filters)?;
-    }
+    let ctx = session(lake, job, opts).await?;
     let last_run = done.values().map(|r| r.finished_at).max().unwrap_or(0);
     ctx.register_table(
         "job_last_run",
@@ -199,9 +194,29 @@ pub async fn run(
         if todo.is_empty() && !due_anyway {
             return Ok(summary);
         }
-        run_held(lake, registry, job, step, &ctx, input_table.as_ref(), todo, due_anyway, summary).await
+        run_held(lake, registry, job, step, &ctx, opts, input_table.as_ref(), todo, due_anyway, summary).await
     })
     .await
+}
+
+/// A session over the lake for `job`'s SQL, on the engine of `opts`, with every SQL function
+/// and the job's config section.
+async fn session(lake: &Lake, job: &JobSpec, opts: &RunOptions) -> Result<SessionContext> {
+    let optional: Vec<&str> = job.optional_inputs.iter().map(String::as_str).collect();
+    let ctx = match &opts.engine {
+        crate::distributed::Engine::Local => {
+            let ctx = lake.session_with(&optional).await?;
+            crate::udfs::register_all(&ctx);
+            ctx
+        }
+        crate::distributed::Engine::Ballista { scheduler } => {
+            crate::distributed::session(lake, scheduler, &optional).await?
+        }
+    };
+    if job.config == Some(Section::Filters) {
+        crate::filters::register_sql(&ctx, &opts.curation.filters).await?;
+    }
+    Ok(ctx)
 }
 
 /// The rest of [`run`], with the leases of `todo` held.
@@ -212,6 +227,7 @@ async fn run_held(
     job: &JobSpec,
     step: &SqlStep,
     ctx: &SessionContext,
+    opts: &RunOptions,
     input_table: Option<&deltalake::DeltaTable>,
     todo: Vec<(String, String)>,
     due_anyway: bool,
@@ -247,7 +263,7 @@ async fn run_held(
             }
             Partitioning::Whole => bail!("write mode replace_partitions needs a partition_key column"),
         },
-        WriteMode::Upsert => upsert(lake, ctx, output, result, &target, write).await?,
+        WriteMode::Upsert => upsert(lake, output, result, &target, write).await?,
         WriteMode::ReplaceKeys => replace_keys(lake, ctx, output, result, &target, write).await?,
         WriteMode::Overwrite => overwrite(lake, output, result, &target).await?,
     };
@@ -277,8 +293,8 @@ async fn run_held(
     runs::record_all(lake, &records).await?;
 
     if !write.report.is_empty() {
-        let ctx = lake.session().await?;
-        crate::udfs::register_all(&ctx);
+        // Over the lake as this run left it, on the same engine.
+        let ctx = session(lake, job, opts).await?;
         for (name, q) in &write.report {
             for (k, v) in report(&ctx, q).await.with_context(|| format!("report `{name}`"))? {
                 summary.notes.insert(if k.is_empty() { name.clone() } else { format!("{name}:{k}") }, v);
@@ -403,7 +419,6 @@ async fn write_partitions(
 /// Delta MERGE of the result into the output on the key columns.
 async fn upsert(
     lake: &Lake,
-    ctx: &SessionContext,
     output: &str,
     result: DataFrame,
     target: &Target,
@@ -414,7 +429,8 @@ async fn upsert(
     if rows == 0 {
         return Ok((0, None));
     }
-    let source = ctx.read_batches(batches)?;
+    // The merge runs here, whatever engine computed the rows: the output is a Delta table.
+    let source = SessionContext::new().read_batches(batches)?;
     let version = lake.upsert(output, source, &target.schema, &write.keys, write.newer_by.as_deref()).await?;
     Ok((rows, version))
 }

@@ -89,17 +89,19 @@ pub async fn known(lake: &Lake) -> Result<HashSet<String>> {
     Ok(crate::query::rows::<String>(&ctx, &format!("SELECT blob_sha FROM {FILE_BLOBS}")).await?.into_iter().collect())
 }
 
-/// Adds the blobs of `rows` that the store does not have (each once); returns how many.
+/// Adds the blobs of `rows` that the store does not have (each once); returns how many. The
+/// check is made at commit time (see [`Lake::insert_absent`]), so workers of different shards
+/// that meet the same blob store it once.
 pub async fn insert_absent(lake: &Lake, mut rows: Vec<BlobRow>) -> Result<usize> {
-    let have = known(lake).await?;
     let mut seen = HashSet::new();
-    rows.retain(|b| !have.contains(&b.sha) && seen.insert(b.sha.clone()));
-    lake.append_staged(FILE_BLOBS, &batch(&rows), LONG_TEXT).await?;
-    Ok(rows.len())
+    rows.retain(|b| seen.insert(b.sha.clone()));
+    lake.insert_absent(FILE_BLOBS, &batch(&rows), "blob_sha", None, LONG_TEXT).await
 }
 
-/// Appends blobs the caller knows the store lacks: ids it took from a set that [`known`]
-/// started, so that parallel workers never read the same blob twice.
+/// Appends blobs the caller believes the store lacks: ids it took from a set that [`known`]
+/// started, so that parallel workers of one process never read the same blob twice. Another
+/// process may have stored some since; the commit-time check drops those.
 pub async fn append_new(lake: &Lake, rows: &[BlobRow]) -> Result<()> {
-    lake.append_staged(FILE_BLOBS, &batch(rows), LONG_TEXT).await
+    lake.insert_absent(FILE_BLOBS, &batch(rows), "blob_sha", None, LONG_TEXT).await?;
+    Ok(())
 }

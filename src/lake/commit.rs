@@ -141,3 +141,36 @@ fn jitter_ms() -> u64 {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
     u64::from(nanos % 37)
 }
+
+/// Appends `files` in a commit made over exactly the version `table` holds: `Ok(None)` when
+/// another writer committed first (nothing of this commit landed; the caller re-reads and
+/// decides again), else the new version. For writes that are only right over what their
+/// writer read, such as insert-if-absent.
+pub(crate) async fn append_over_read_version(table: &DeltaTable, files: Vec<StagedFile>) -> Result<Option<i64>> {
+    let snapshot = table.snapshot()?;
+    let partition_by = snapshot.metadata().partition_columns().to_vec();
+    let actions: Vec<Action> = files.into_iter().map(|f| Action::Add(f.into_add())).collect();
+    let op = DeltaOperation::Write {
+        mode: SaveMode::Append,
+        partition_by: (!partition_by.is_empty()).then_some(partition_by),
+        predicate: None,
+    };
+    let props = CommitProperties::default().with_max_retries(0);
+    match CommitBuilder::from(props).with_actions(actions).build(Some(snapshot), table.log_store(), op).await {
+        Ok(commit) => Ok(Some(commit.version as i64)),
+        Err(e) if lost_race(&e) => Ok(None),
+        Err(e) => Err(anyhow::Error::new(e)).context("committing an insert-if-absent"),
+    }
+}
+
+/// The backoff before attempt `attempt` of a commit that lost a race.
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((20u64 << attempt.min(6)) + jitter_ms())
+}
+
+pub(crate) const MAX_COMMIT_ATTEMPTS: u32 = MAX_ATTEMPTS;
+
+/// Whether `e` is a commit that another writer's commit made invalid (not a broken table).
+pub(crate) fn is_conflict(e: &DeltaTableError) -> bool {
+    lost_race(e) || matches!(e, DeltaTableError::Transaction { source: TransactionError::CommitConflict(_) })
+}

@@ -28,7 +28,7 @@ pub mod runs;
 pub mod store;
 pub mod writer;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -333,35 +333,51 @@ impl Lake {
         if keys.is_empty() {
             bail!("an upsert into `{name}` needs key columns");
         }
-        let table = self.ensure_table(name, schema, &[]).await?;
+        let mut table = self.ensure_table(name, schema, &[]).await?;
         let cols: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         let on = keys.iter().map(|k| format!("target.{k} = source.{k}")).collect::<Vec<_>>().join(" AND ");
-        let newer = newer_by.map(str::to_string);
-        let (cols_u, cols_i) = (cols.clone(), cols);
         failpoint(&format!("commit.before:{name}"));
-        let (table, _metrics) = table
-            .merge(source, on)
-            .with_source_alias("source")
-            .with_target_alias("target")
-            .when_matched_update(move |mut u| {
-                if let Some(n) = &newer {
-                    u = u.predicate(format!("source.{n} >= target.{n}"));
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            let newer = newer_by.map(str::to_string);
+            let (cols_u, cols_i) = (cols.clone(), cols.clone());
+            let result = table
+                .clone()
+                .merge(source.clone(), on.clone())
+                .with_source_alias("source")
+                .with_target_alias("target")
+                .when_matched_update(move |mut u| {
+                    if let Some(n) = &newer {
+                        u = u.predicate(format!("source.{n} >= target.{n}"));
+                    }
+                    for c in &cols_u {
+                        u = u.update(c.as_str(), format!("source.{c}"));
+                    }
+                    u
+                })?
+                .when_not_matched_insert(move |mut i| {
+                    for c in &cols_i {
+                        i = i.set(c.as_str(), format!("source.{c}"));
+                    }
+                    i
+                })?
+                .await;
+            match result {
+                Ok((t, _metrics)) => {
+                    failpoint(&format!("commit.after:{name}"));
+                    return Ok(t.version().map(|v| v as i64));
                 }
-                for c in &cols_u {
-                    u = u.update(c.as_str(), format!("source.{c}"));
+                // Another writer (a worker of another shard) committed files the merge may
+                // have had to read: merge again over the new version (a merge is idempotent).
+                Err(e) if commit::is_conflict(&e) && attempt < commit::MAX_COMMIT_ATTEMPTS => {
+                    tracing::debug!(table = name, attempt, "merge conflicted with another writer; merging again");
+                    tokio::time::sleep(commit::backoff(attempt)).await;
+                    table.load().await?;
                 }
-                u
-            })?
-            .when_not_matched_insert(move |mut i| {
-                for c in &cols_i {
-                    i = i.set(c.as_str(), format!("source.{c}"));
-                }
-                i
-            })?
-            .await
-            .with_context(|| format!("merging into `{name}`"))?;
-        failpoint(&format!("commit.after:{name}"));
-        Ok(table.version().map(|v| v as i64))
+                Err(e) => return Err(anyhow::Error::new(e)).with_context(|| format!("merging into `{name}`")),
+            }
+        }
     }
 
     /// Deletes the rows matching a SQL predicate (a no-op when the table does not exist).
@@ -440,6 +456,107 @@ impl Lake {
         let files = w.finish()?;
         self.replace_key(&mut table, &key, files, "append".into(), HashMap::new()).await?;
         Ok(())
+    }
+}
+
+impl Lake {
+    /// Appends the rows of `batch` whose `key` (a string column) table `name` does not hold
+    /// yet, each key once, in a commit made over the version that check read: when another
+    /// writer (a worker of another shard) commits first, the check runs again over the new
+    /// version, so a key is never written twice however many writers race. For tables keyed
+    /// by content (`file_blobs`, `blob_embeddings`), where workers of different repositories
+    /// meet the same blobs. `scope` narrows what counts as held (e.g. `model = '…'`). Returns
+    /// the rows written.
+    pub async fn insert_absent(
+        &self,
+        name: &str,
+        batch: &RecordBatch,
+        key: &str,
+        scope: Option<&str>,
+        long_text: &[&str],
+    ) -> Result<usize> {
+        use arrow::array::{Array, AsArray, BooleanArray};
+        if batch.num_rows() == 0 {
+            return Ok(0);
+        }
+        let keys_col = arrow::compute::cast(
+            batch.column_by_name(key).with_context(|| format!("no column `{key}`"))?,
+            &arrow::datatypes::DataType::Utf8,
+        )?;
+        let keys = keys_col.as_string::<i32>();
+        let wanted: std::collections::BTreeSet<&str> =
+            (0..keys.len()).filter(|&i| keys.is_valid(i)).map(|i| keys.value(i)).collect();
+        let mut table = self.ensure_contract_table(name).await?;
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            table.load().await?;
+            let held = self.held_keys(&table, name, key, scope, &wanted).await?;
+            // Rows of absent keys; a key's rows are kept together (all chunks of a blob).
+            let keep: BooleanArray =
+                (0..keys.len()).map(|i| Some(keys.is_valid(i) && !held.contains(keys.value(i)))).collect();
+            let rows = arrow::compute::filter_record_batch(batch, &keep)?;
+            if rows.num_rows() == 0 {
+                return Ok(0);
+            }
+            let file_key = uuid::Uuid::new_v4().simple().to_string();
+            let mut w = TableWriter::new(
+                self,
+                name,
+                &file_key,
+                &rows.schema(),
+                None,
+                writer_properties(long_text, &[], Codec::Zstd),
+            )?;
+            w.write(&rows)?;
+            let mut files = w.finish()?;
+            self.upload(name, &mut files).await?;
+            let staged: Vec<String> = files.iter().map(|f| f.rel_path.clone()).collect();
+            failpoint(&format!("commit.before:{name}"));
+            match commit::append_over_read_version(&table, files).await? {
+                Some(_) => {
+                    failpoint(&format!("commit.after:{name}"));
+                    return Ok(rows.num_rows());
+                }
+                None if attempt < commit::MAX_COMMIT_ATTEMPTS => {
+                    // The file never entered the log: remove it and decide again.
+                    for rel in staged {
+                        let (store, path) = self.object(&format!("{name}/{rel}"));
+                        let _ = store.delete(&path).await;
+                    }
+                    tracing::debug!(table = name, attempt, "insert-if-absent lost a commit race; checking again");
+                    tokio::time::sleep(commit::backoff(attempt)).await;
+                }
+                None => bail!("inserting into `{name}`: {attempt} commit races lost in a row; try again"),
+            }
+        }
+    }
+
+    /// Which of `wanted` the version of `table` holds in column `key`.
+    async fn held_keys(
+        &self,
+        table: &DeltaTable,
+        name: &str,
+        key: &str,
+        scope: Option<&str>,
+        wanted: &std::collections::BTreeSet<&str>,
+    ) -> Result<HashSet<String>> {
+        if table.snapshot()?.log_data().num_files() == 0 {
+            return Ok(HashSet::new());
+        }
+        let ctx = SessionContext::new();
+        table.update_datafusion_session(&ctx.state())?;
+        ctx.register_table(name, table.table_provider().await?)?;
+        let mut held = HashSet::new();
+        let list: Vec<&str> = wanted.iter().copied().collect();
+        // In slices: an IN list of tens of thousands of literals plans slowly.
+        for part in list.chunks(2000) {
+            let values = part.iter().map(|k| format!("'{}'", k.replace('\'', "''"))).collect::<Vec<_>>().join(", ");
+            let extra = scope.map(|s| format!(" AND ({s})")).unwrap_or_default();
+            let sql = format!("SELECT DISTINCT CAST({key} AS VARCHAR) FROM {name} WHERE {key} IN ({values}){extra}");
+            held.extend(crate::query::rows::<String>(&ctx, &sql).await?);
+        }
+        Ok(held)
     }
 }
 

@@ -327,6 +327,8 @@ pub struct GitPrOptions {
     pub force: bool,
     pub threads: usize,
     pub show_progress: bool,
+    /// Only the repositories of this shard.
+    pub shard: Option<crate::git::Shard>,
 }
 
 /// What a run did.
@@ -403,6 +405,7 @@ pub async fn run(lake: &Lake, opts: &GitPrOptions) -> Result<GitPrSummary> {
         }
         None => anyhow::bail!("no repositories to read: give --repos-file, or ingest events first"),
     };
+    let repos: Vec<String> = repos.into_iter().filter(|r| opts.shard.is_none_or(|s| s.owns(r))).collect();
     summary.repos = repos.len();
     let done = runs::latest_ok(lake, JOB).await?;
     let known: HashMap<String, String> = done

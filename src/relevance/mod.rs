@@ -77,6 +77,8 @@ pub struct RelevanceOptions {
     pub force: bool,
     pub threads: usize,
     pub show_progress: bool,
+    /// Only the repositories of this shard.
+    pub shard: Option<crate::git::Shard>,
 }
 
 /// Embeddings of file chunks by blob, loaded from and saved to `blob_embeddings`.
@@ -572,7 +574,10 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
             anyhow::bail!("no `{t}` table yet: run the filters and snapshots jobs first");
         }
     }
-    let (work, already) = load_work(lake, opts.force).await?;
+    let (mut work, already) = load_work(lake, opts.force).await?;
+    if let Some(s) = opts.shard {
+        work.retain(|repo, _| s.owns(repo));
+    }
     summary.prs_already_done = already;
     if work.is_empty() {
         return Ok(summary);
@@ -651,8 +656,9 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     // The cache and the blobs first, the PRs' rows last: a PR with rows is done, so a run that
     // stops before them redoes the PRs (from the cache) and loses nothing.
     if let Some(b) = cache.take_new_batch(encoder::MODEL_NAME)? {
-        let t = lake.ensure_contract_table(BLOB_EMBEDDINGS).await?;
-        lake.append(t, vec![b]).await?;
+        // Insert-if-absent: a worker of another shard may have embedded the same blobs.
+        let scope = format!("model = '{}'", encoder::MODEL_NAME.replace('\'', "''"));
+        lake.insert_absent(BLOB_EMBEDDINGS, &b, "blob_sha", Some(&scope), &[]).await?;
     }
     blobs::insert_absent(lake, blobs).await?;
     if !rows.is_empty() {

@@ -49,6 +49,8 @@ pub struct SnapshotOptions {
     /// Snapshot again PRs that are already `ok`.
     pub force: bool,
     pub show_progress: bool,
+    /// Only the repositories of this shard.
+    pub shard: Option<crate::git::Shard>,
 }
 
 impl SnapshotOptions {
@@ -60,6 +62,7 @@ impl SnapshotOptions {
             jobs: 2,
             force: false,
             show_progress: true,
+            shard: None,
         }
     }
 }
@@ -125,6 +128,10 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
         ),
     )
     .await?;
+    let prs: Vec<PrRef> = match opts.shard {
+        Some(s) => prs.into_iter().filter(|p| s.owns(&p.repo_name)).collect(),
+        None => prs,
+    };
     summary.prs_in_scope = prs.len();
     let ok: Vec<PrRef> = if lake.has_table(PR_SNAPSHOTS).await? {
         crate::query::rows(

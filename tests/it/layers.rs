@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u8)] = &[
     // 3. orchestration
     ("bench", 3),
     ("demo", 3),
+    ("distributed", 3),
     ("jobs", 3),
     ("samples", 3),
     ("sql", 3),

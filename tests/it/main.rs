@@ -5,6 +5,7 @@
 
 mod common;
 mod curation;
+mod distributed;
 mod git_prs;
 mod history;
 mod ingest;

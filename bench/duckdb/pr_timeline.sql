@@ -1,0 +1,127 @@
+-- DuckDB port of sql/pr_timeline.sql for `swelake bench jobs` (the baseline): the same query over
+-- the whole events table (`events_new` is every partition in a first run).
+-- pr_timeline: every conversational event of a pull request, one row per (PR, event).
+--
+-- Input: `events`, the event partitions this run processes, and `events` for the PR
+-- head branches seen so far. Each row keeps the PR snapshot its payload carried (title,
+-- body, SHAs, merge flag, ...), so pull_requests is a pure function of this table.
+-- Pushes count when they go to a PR's head branch (same repository id and branch name).
+WITH pr_heads AS (
+    SELECT DISTINCT repo_name, number AS pr_number, head_repo_id, head_ref
+    FROM events
+    WHERE type LIKE 'PullRequest%'
+      AND number IS NOT NULL AND head_repo_id IS NOT NULL AND head_ref IS NOT NULL
+),
+conversation AS (
+    SELECT
+        repo_name,
+        number AS pr_number,
+        id AS event_id,
+        created_at,
+        type AS event_type,
+        CASE
+            WHEN type = 'PullRequestEvent' THEN action
+            WHEN type = 'IssueCommentEvent' THEN 'comment'
+            WHEN type = 'PullRequestReviewEvent' THEN 'review'
+            WHEN type = 'PullRequestReviewCommentEvent' THEN 'review_comment'
+            WHEN type = 'PullRequestReviewThreadEvent' THEN 'review_thread'
+            WHEN type = 'IssuesEvent' THEN concat('issue_', action)
+            ELSE lower(type)
+        END AS kind,
+        action,
+        actor_login,
+        comment_body AS text,
+        comment_author_login AS text_author_login,
+        comment_author_type AS text_author_type,
+        review_state,
+        comment_path,
+        CASE WHEN type LIKE 'PullRequest%' THEN 'pull_request_event' ELSE 'issue_event' END AS snapshot_source,
+        title,
+        body,
+        state,
+        author_login,
+        author_id,
+        author_type,
+        labels,
+        merged,
+        merged_at,
+        merge_commit_sha,
+        base_ref,
+        base_sha,
+        base_repo_name,
+        head_ref,
+        head_sha,
+        head_repo_name,
+        head_repo_id,
+        commits,
+        additions,
+        deletions,
+        changed_files,
+        item_created_at,
+        closed_at,
+        payload_trimmed,
+        -- NULL on these events; selected (not written as NULL) so both branches share types.
+        push_head,
+        push_before,
+        push_size,
+        push_commit_shas,
+        push_commit_messages,
+        event_date
+    FROM events
+    WHERE is_pull_request AND number IS NOT NULL AND repo_name IS NOT NULL
+),
+pushes AS (
+    -- Columns that only PR/issue events carry are NULL on a PushEvent; they are selected
+    -- from it (not written as NULL) so that both branches of the UNION have the same types.
+    SELECT
+        h.repo_name,
+        h.pr_number,
+        e.id AS event_id,
+        e.created_at,
+        e.type AS event_type,
+        'push' AS kind,
+        e.action,
+        e.actor_login,
+        e.comment_body AS text,
+        e.comment_author_login AS text_author_login,
+        e.comment_author_type AS text_author_type,
+        e.review_state,
+        e.comment_path,
+        'push_event' AS snapshot_source,
+        e.title,
+        e.body,
+        e.state,
+        e.author_login,
+        e.author_id,
+        e.author_type,
+        e.labels,
+        e.merged,
+        e.merged_at,
+        e.merge_commit_sha,
+        e.base_ref,
+        e.base_sha,
+        e.base_repo_name,
+        h.head_ref,
+        e.push_head AS head_sha,
+        e.repo_name AS head_repo_name,
+        h.head_repo_id,
+        e.commits,
+        e.additions,
+        e.deletions,
+        e.changed_files,
+        e.item_created_at,
+        e.closed_at,
+        e.payload_trimmed,
+        e.push_head,
+        e.push_before,
+        e.push_size,
+        e.push_commit_shas,
+        e.push_commit_messages,
+        e.event_date
+    FROM events e
+    JOIN pr_heads h ON e.repo_id = h.head_repo_id AND e.ref_name = concat('refs/heads/', h.head_ref)
+    WHERE e.type = 'PushEvent'
+)
+SELECT * FROM conversation
+UNION ALL
+SELECT * FROM pushes

@@ -1,0 +1,49 @@
+"""DuckDB baseline of `swelake bench jobs`: pr_timeline and pull_requests over the same events
+Parquet files, with the SQL of bench/duckdb/ (ported from sql/).
+
+Usage: python3 bench/duckdb_pr_jobs.py FILE_LIST THREADS
+FILE_LIST holds the events table's active Parquet files, one path per line (the Delta version
+swelake read; the partition column comes from the `event_date=` directories). Prints one JSON
+line: rows and merged count of each table and the seconds each query took.
+"""
+
+import json
+import os
+import sys
+import time
+
+import duckdb
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def main():
+    files = [line.strip() for line in open(sys.argv[1]) if line.strip()]
+    threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    con = duckdb.connect()
+    con.execute(f"SET threads = {threads}")
+    con.execute("SET preserve_insertion_order = false")
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet([{listed}], hive_partitioning = true)")
+    # The tables a first run of swelake's job sees empty: git's facts and the last run.
+    con.execute(
+        """CREATE TABLE pr_git_facts (repo_name VARCHAR, number BIGINT, kind VARCHAR,
+        merged BOOLEAN, merged_at TIMESTAMPTZ, base_sha VARCHAR, head_sha VARCHAR,
+        merge_commit_sha VARCHAR, base_ref VARCHAR, head_ref VARCHAR, title VARCHAR,
+        body VARCHAR, author_login VARCHAR, found_at TIMESTAMPTZ)"""
+    )
+    con.execute("CREATE TABLE job_last_run AS SELECT TIMESTAMPTZ '1970-01-01 00:00:00+00' AS last_run_at")
+    out = {}
+    for name in ["pr_timeline", "pull_requests"]:
+        sql = open(os.path.join(HERE, "duckdb", f"{name}.sql")).read()
+        t = time.perf_counter()
+        con.execute(f"CREATE TABLE {name} AS {sql}")
+        out[f"{name}_seconds"] = time.perf_counter() - t
+        out[f"{name}_rows"] = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
+    out["pull_requests_merged"] = con.execute("SELECT count(*) FROM pull_requests WHERE merged").fetchone()[0]
+    out["duckdb_version"] = duckdb.__version__
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
