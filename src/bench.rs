@@ -7,6 +7,7 @@
 //! when python3 can import duckdb. `bench reward` times `swelake reward` with one thread and
 //! with all threads against python3's difflib running the same cases.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -881,6 +882,332 @@ pub async fn relevance(a: &RelevanceBenchOptions) -> Result<()> {
             rust_rate,
             py_rate,
             rust_rate / py_rate.max(1e-12)
+        );
+    }
+    Ok(())
+}
+
+/// Options of `swelake bench jobs`.
+#[derive(Debug, Clone)]
+pub struct JobsBenchOptions {
+    pub hours: usize,
+    pub copies: usize,
+    /// Real hour files to copy; default `../shared/gharchive`, else `tests/data/gharchive`.
+    pub sources: Option<PathBuf>,
+    pub first_hour: String,
+    pub work: PathBuf,
+    /// Also run the jobs on Ballista with 1 and 2 executors on loopback.
+    pub ballista: bool,
+    pub python: String,
+}
+
+/// The SQL jobs the benchmark times, in dependency order (filters needs snapshots: git).
+const BENCH_JOBS: [&str; 4] = ["pr_timeline", "pull_requests", "issues", "pr_issue_links"];
+
+struct JobFigure {
+    step: String,
+    engine: String,
+    seconds: f64,
+    rows: u64,
+    peak_mib: Option<f64>,
+}
+
+/// (rows_out, seconds) of `job` in a `run --json` line.
+fn job_of_run(out: &str, job: &str) -> Result<(u64, f64)> {
+    let v: serde_json::Value = serde_json::from_str(out.lines().last().unwrap_or_default())
+        .with_context(|| format!("run --json printed {out:?}"))?;
+    let j = v["jobs"]
+        .as_array()
+        .and_then(|a| a.iter().find(|j| j["job"] == job))
+        .with_context(|| format!("no `{job}` in {v}"))?;
+    if j["outcome"] != "done" {
+        bail!("{job}: {}", j);
+    }
+    Ok((j["rows_out"].as_u64().unwrap_or(0), j["seconds"].as_f64().unwrap_or(0.0)))
+}
+
+fn copy_dir(from: &Path, to: &Path) -> Result<()> {
+    std::fs::create_dir_all(to)?;
+    for e in std::fs::read_dir(from)? {
+        let e = e?;
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        if e.file_type()?.is_dir() {
+            copy_dir(&src, &dst)?;
+        } else {
+            std::fs::copy(&src, &dst)?;
+        }
+    }
+    Ok(())
+}
+
+/// Scheduler and executors on loopback, killed on drop.
+struct LoopbackCluster(Vec<std::process::Child>, String);
+
+impl Drop for LoopbackCluster {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    loop {
+        let a = std::net::TcpListener::bind("127.0.0.1:0")?;
+        let p = a.local_addr()?.port();
+        if p < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+            return Ok(p);
+        }
+    }
+}
+
+fn wait_port(port: u16) -> Result<()> {
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("nothing listened on 127.0.0.1:{port} within 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+fn start_loopback(exe: &Path, executors: usize, work: &Path) -> Result<LoopbackCluster> {
+    let quiet = || std::process::Stdio::null();
+    let port = free_port()?;
+    let mut c = LoopbackCluster(Vec::new(), format!("df://127.0.0.1:{port}"));
+    c.0.push(
+        Command::new(exe)
+            .args(["-q", "ballista", "scheduler", "--bind", &format!("127.0.0.1:{port}")])
+            .stdout(quiet())
+            .stderr(quiet())
+            .spawn()?,
+    );
+    wait_port(port)?;
+    for i in 0..executors {
+        let p = free_port()?;
+        c.0.push(
+            Command::new(exe)
+                .args(["-q", "ballista", "executor", "--scheduler", &format!("127.0.0.1:{port}")])
+                .args(["--bind", &format!("127.0.0.1:{p}"), "--concurrent-tasks", "1"])
+                .arg("--work-dir")
+                .arg(work.join(format!("executor-{i}")))
+                .stdout(quiet())
+                .stderr(quiet())
+                .spawn()?,
+        );
+        wait_port(p)?;
+    }
+    Ok(c)
+}
+
+/// `swelake bench jobs`: a generated day through ingest and the SQL jobs, on the local engine
+/// (each step its own process, so each has its own peak RSS), on Ballista with one and two
+/// single-slot executors, and in DuckDB over the same events files.
+pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
+    let exe = std::env::current_exe()?;
+    let src_dir = match &o.sources {
+        Some(d) => d.clone(),
+        None => ["../shared/gharchive", "tests/data/gharchive"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.is_dir())
+            .context("no source hours: give --sources DIR (real GH Archive hour files)")?,
+    };
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&src_dir)?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".json.gz") || p.to_string_lossy().ends_with(".json"))
+        .collect();
+    sources.sort();
+    if sources.is_empty() {
+        bail!("no hour files in {}", src_dir.display());
+    }
+    for d in ["hours", "local", "all", "b1", "b2", "cluster"] {
+        let _ = std::fs::remove_dir_all(o.work.join(d));
+    }
+    std::fs::create_dir_all(&o.work)?;
+    let hours = o.work.join("hours");
+    let t = Instant::now();
+    let g =
+        crate::samples::GenerateOptions { sources, first_hour: o.first_hour.clone(), hours: o.hours, copies: o.copies };
+    let files = crate::samples::generate_hours(&g, &hours)?;
+    let bytes: u64 = files.iter().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum();
+    eprintln!(
+        "generated {} hour files ({:.1} MB gzipped) from {} in {:.1}s",
+        files.len(),
+        bytes as f64 / 1e6,
+        src_dir.display(),
+        t.elapsed().as_secs_f64()
+    );
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let exe_s = s(&exe);
+    let mut figures: Vec<JobFigure> = Vec::new();
+
+    let local = o.work.join("local");
+    let (secs, rss, out) = timed_child(
+        vec![
+            exe_s.clone(),
+            "-q".into(),
+            "ingest".into(),
+            "--source".into(),
+            s(&hours),
+            "--lake".into(),
+            s(&local),
+            "--json".into(),
+        ],
+        false,
+    )?;
+    let v: serde_json::Value = serde_json::from_str(out.trim()).with_context(|| format!("ingest printed {out:?}"))?;
+    let events = v["events_written"].as_u64().unwrap_or(0);
+    figures.push(JobFigure {
+        step: "ingest".into(),
+        engine: "local".into(),
+        seconds: secs,
+        rows: events,
+        peak_mib: Some(rss),
+    });
+    let mut local_rows = BTreeMap::new();
+    for job in BENCH_JOBS {
+        let (_, rss, out) = timed_child(
+            vec![exe_s.clone(), "-q".into(), "run".into(), job.into(), "--lake".into(), s(&local), "--json".into()],
+            false,
+        )?;
+        let (rows, secs) = job_of_run(&out, job)?;
+        local_rows.insert(job, rows);
+        figures.push(JobFigure { step: job.into(), engine: "local".into(), seconds: secs, rows, peak_mib: Some(rss) });
+    }
+    // The whole pipeline's SQL part in one process, as a scheduled run does it.
+    let (secs, rss, _) = timed_child(
+        vec![
+            exe_s.clone(),
+            "-q".into(),
+            "run".into(),
+            "--all".into(),
+            "--source".into(),
+            s(&hours),
+            "--lake".into(),
+            s(&o.work.join("all")),
+            "--json".into(),
+        ],
+        false,
+    )?;
+    figures.push(JobFigure {
+        step: "run --all".into(),
+        engine: "local, one process".into(),
+        seconds: secs,
+        rows: events,
+        peak_mib: Some(rss),
+    });
+
+    let mut ballista_secs: BTreeMap<usize, f64> = BTreeMap::new();
+    if o.ballista {
+        for n in [1usize, 2] {
+            let lake = o.work.join(format!("b{n}"));
+            copy_dir(&local.join("events"), &lake.join("events"))?;
+            let cluster = start_loopback(&exe, n, &o.work.join("cluster"))?;
+            let mut total = 0.0;
+            for job in BENCH_JOBS {
+                let (_, _, out) = timed_child(
+                    vec![
+                        exe_s.clone(),
+                        "-q".into(),
+                        "run".into(),
+                        job.into(),
+                        "--lake".into(),
+                        s(&lake),
+                        "--json".into(),
+                        "--engine".into(),
+                        "ballista".into(),
+                        "--scheduler".into(),
+                        cluster.1.clone(),
+                    ],
+                    false,
+                )?;
+                let (rows, secs) = job_of_run(&out, job)?;
+                if rows != local_rows[job] {
+                    bail!("{job} on Ballista ({n} executors) wrote {rows} rows, the local engine {}", local_rows[job]);
+                }
+                total += secs;
+                figures.push(JobFigure {
+                    step: job.into(),
+                    engine: format!("ballista, {n} executor(s) x 1 slot"),
+                    seconds: secs,
+                    rows,
+                    peak_mib: None,
+                });
+            }
+            ballista_secs.insert(n, total);
+            drop(cluster);
+        }
+    }
+
+    // DuckDB over exactly the events files of the local lake's version.
+    let mut duck: Option<serde_json::Value> = None;
+    let script = Path::new("bench/duckdb_pr_jobs.py");
+    if !script.is_file() {
+        eprintln!("DuckDB baseline skipped: run from the repository root (bench/duckdb_pr_jobs.py)");
+    } else if Command::new(&o.python)
+        .args(["-c", "import duckdb"])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        eprintln!("DuckDB baseline skipped: {} has no duckdb (pip install duckdb)", o.python);
+    } else {
+        let lake = crate::lake::Lake::open(&s(&local))?;
+        let table = lake.open_table("events").await?;
+        let list: Vec<String> =
+            table.get_file_uris()?.map(|u| u.strip_prefix("file://").map(str::to_string).unwrap_or(u)).collect();
+        let list_file = o.work.join("events-files.txt");
+        std::fs::write(&list_file, list.join("\n"))?;
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let (_, rss, out) = timed_child(vec![o.python.clone(), s(script), s(&list_file), threads.to_string()], false)?;
+        let v: serde_json::Value =
+            serde_json::from_str(out.trim()).with_context(|| format!("duckdb printed {out:?}"))?;
+        for job in ["pr_timeline", "pull_requests"] {
+            let rows = v[format!("{job}_rows")].as_u64().unwrap_or(0);
+            if rows != local_rows[job] {
+                bail!("DuckDB's {job} has {rows} rows, swelake's {}: the port is not the same query", local_rows[job]);
+            }
+            figures.push(JobFigure {
+                step: job.into(),
+                engine: format!("duckdb {}", v["duckdb_version"].as_str().unwrap_or("")),
+                seconds: v[format!("{job}_seconds")].as_f64().unwrap_or(0.0),
+                rows,
+                peak_mib: Some(rss),
+            });
+        }
+        let ctx = lake.session().await?;
+        let merged: Vec<i64> = crate::query::rows(&ctx, "SELECT count(*) FROM pull_requests WHERE merged").await?;
+        if v["pull_requests_merged"].as_i64() != merged.first().copied() {
+            bail!("DuckDB counts {} merged PRs, swelake {:?}", v["pull_requests_merged"], merged.first());
+        }
+        duck = Some(v);
+    }
+
+    println!("bench jobs: {} hours x {} copies of {} = {events} events", o.hours, o.copies, src_dir.display());
+    println!("{:<16} {:<34} {:>9} {:>11} {:>12} {:>13}", "step", "engine", "seconds", "rows", "rows/s", "peak RSS MiB");
+    for f in &figures {
+        let rate = if f.seconds > 0.0 { f.rows as f64 / f.seconds } else { 0.0 };
+        let peak = f.peak_mib.map_or("-".to_string(), |m| format!("{m:.0}"));
+        println!("{:<16} {:<34} {:>9.2} {:>11} {:>12.0} {:>13}", f.step, f.engine, f.seconds, f.rows, rate, peak);
+    }
+    let secs_of = |engine: &str, job: &str| {
+        figures.iter().find(|f| f.step == job && f.engine.starts_with(engine)).map(|f| f.seconds)
+    };
+    if duck.is_some() {
+        let ours: f64 = ["pr_timeline", "pull_requests"].iter().filter_map(|j| secs_of("local", j)).sum();
+        let theirs: f64 = ["pr_timeline", "pull_requests"].iter().filter_map(|j| secs_of("duckdb", j)).sum();
+        println!(
+            "PR jobs (pr_timeline + pull_requests): local {ours:.2}s vs DuckDB {theirs:.2}s = {:.2}x DuckDB's speed (target >= 1x; ours includes the Delta commit)",
+            theirs / ours.max(1e-9)
+        );
+    }
+    if let (Some(one), Some(two)) = (ballista_secs.get(&1), ballista_secs.get(&2)) {
+        println!(
+            "Ballista, the four jobs: 1 executor {one:.2}s, 2 executors {two:.2}s = {:.2}x (target >= 1.5x)",
+            one / two.max(1e-9)
         );
     }
     Ok(())

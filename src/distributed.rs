@@ -11,7 +11,7 @@
 //!   exactly the files of the Delta version the client read (partition values put back as
 //!   literals), and every executor reads that one snapshot whatever commits land meanwhile.
 //! - Functions built from the job's config (the filter predicates) carry that config inside the
-//!   plan (see [`crate::filters::udf::encode`]); the others are found by name.
+//!   plan (`filters::udf::encode`); the others are found by name.
 //! - Plans cannot carry in-memory tables or empty relations with columns (the wire format
 //!   drops an empty relation's schema), and a scan of no files stalls a Ballista 55 union, so
 //!   a table with no rows yet is a filtered VALUES row and config tables are views over

@@ -215,3 +215,42 @@ impl RelevanceBenchArgs {
         }
     }
 }
+
+#[derive(Args, Debug)]
+pub(crate) struct JobsBenchArgs {
+    /// Hours of GH Archive to generate.
+    #[arg(long, default_value_t = 24)]
+    hours: usize,
+    /// Copies of every source event per hour (repositories renamed per copy).
+    #[arg(long, default_value_t = 80)]
+    copies: usize,
+    /// Real hour files to copy [default: ../shared/gharchive, else tests/data/gharchive].
+    #[arg(long)]
+    sources: Option<PathBuf>,
+    /// The first generated hour.
+    #[arg(long, default_value = "2025-03-01-0")]
+    first_hour: String,
+    /// Working directory (hours, lakes, executors' shuffle files); emptied first.
+    #[arg(long, default_value = "target/bench-jobs")]
+    work: PathBuf,
+    /// Skip the Ballista runs (1 and 2 executors on loopback).
+    #[arg(long)]
+    no_ballista: bool,
+    /// Python interpreter for the DuckDB baseline (skipped when it has no duckdb).
+    #[arg(long, default_value = "python3")]
+    python: String,
+}
+
+impl JobsBenchArgs {
+    pub(crate) fn into_options(self) -> crate::bench::JobsBenchOptions {
+        crate::bench::JobsBenchOptions {
+            hours: self.hours.max(1),
+            copies: self.copies.max(1),
+            sources: self.sources,
+            first_hour: self.first_hour,
+            work: self.work,
+            ballista: !self.no_ballista,
+            python: self.python,
+        }
+    }
+}

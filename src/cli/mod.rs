@@ -481,6 +481,10 @@ enum BenchCommand {
     /// Relevance per PR before re-ranking vs now (PRs/s, chunks/s, cache hit rate, recall on
     /// the same PRs), and Python onnxruntime encoding the same chunks (when python3 has it).
     Relevance(bench::RelevanceBenchArgs),
+    /// A generated day of GH Archive through ingest and the SQL jobs: events/s, rows/s and
+    /// peak RSS per step on the local engine, the same jobs on Ballista with 1 and 2
+    /// executors on loopback, and DuckDB on the PR jobs over the same files.
+    Jobs(bench::JobsBenchArgs),
 }
 
 /// Parquet codec of the files a job writes.
@@ -1049,6 +1053,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(BenchCommand::Train(a)) => {
             let opts = a.into_options();
             tokio::task::block_in_place(|| crate::train::bench::run(&opts))?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Jobs(a)) => {
+            crate::bench::jobs(&a.into_options()).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Relevance(a)) => {
