@@ -263,6 +263,15 @@ fn timed_child(mut args: Vec<String>, pin: bool) -> Result<(f64, f64, String)> {
     if pid < 0 {
         bail!("waiting for {}: {}", args[0], std::io::Error::last_os_error());
     }
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        let hint = if sig == libc::SIGKILL { " (SIGKILL: out of memory? see dmesg)" } else { "" };
+        bail!(
+            "{} was killed by signal {sig}{hint} at {:.0} MiB peak RSS: {err}",
+            args.join(" "),
+            usage.ru_maxrss as f64 / 1024.0
+        );
+    }
     if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
         bail!("{} failed: {err}", args.join(" "));
     }

@@ -534,6 +534,9 @@ pub fn generate_hours(o: &GenerateOptions, dir: &Path) -> Result<Vec<PathBuf>> {
     let first = chrono::NaiveDateTime::parse_from_str(&format!("{}:00:00", o.first_hour), "%Y-%m-%d-%H:%M:%S")
         .with_context(|| format!("hour `{}`: expected YYYY-MM-DD-H", o.first_hour))?;
     let mut lines: Vec<(String, String)> = Vec::new();
+    // Repository ids get a copy's offset too: the PR jobs join pushes to PRs by repository id,
+    // and copies that shared ids would each see every other copy's pushes.
+    let mut repo_ids: std::collections::HashSet<u64> = std::collections::HashSet::new();
     for src in &o.sources {
         let raw = std::fs::read(src).with_context(|| format!("reading {}", src.display()))?;
         let mut text = String::new();
@@ -548,6 +551,8 @@ pub fn generate_hours(o: &GenerateOptions, dir: &Path) -> Result<Vec<PathBuf>> {
             #[derive(serde::Deserialize)]
             struct Repo {
                 name: String,
+                #[serde(default)]
+                id: Option<u64>,
             }
             #[derive(serde::Deserialize)]
             struct Head {
@@ -555,7 +560,8 @@ pub fn generate_hours(o: &GenerateOptions, dir: &Path) -> Result<Vec<PathBuf>> {
             }
             // Lines that do not parse are copied as they are: the ingest rejects them, as
             // it would in the real archive.
-            let repo = serde_json::from_str::<Head>(line).map(|h| h.repo.name).unwrap_or_default();
+            let (repo, id) = serde_json::from_str::<Head>(line).map(|h| (h.repo.name, h.repo.id)).unwrap_or_default();
+            repo_ids.extend(id);
             lines.push((repo, line.to_string()));
         }
     }
@@ -573,6 +579,7 @@ pub fn generate_hours(o: &GenerateOptions, dir: &Path) -> Result<Vec<PathBuf>> {
             for (i, (repo, line)) in lines.iter().enumerate() {
                 let mut l =
                     if repo.is_empty() { line.clone() } else { rename_repo(line, repo, &format!("{repo}-g{group}")) };
+                l = reid_repos(&l, &repo_ids, group as u64 * 10_000_000_000);
                 l = retime(&l, &stamp);
                 l = reid(&l, &format!("{}{:06}{:07}", h + 1, c, i));
                 gz.write_all(l.as_bytes())?;
@@ -612,6 +619,28 @@ fn retime(line: &str, stamp: &str) -> String {
         }
         _ => line.to_string(),
     }
+}
+
+/// Every `"id":N` whose N is one of `ids` (a repository's) moved by `offset`.
+fn reid_repos(line: &str, ids: &std::collections::HashSet<u64>, offset: u64) -> String {
+    if offset == 0 {
+        return line.to_string();
+    }
+    let key = "\"id\":";
+    let mut out = String::with_capacity(line.len() + 32);
+    let mut rest = line;
+    while let Some(i) = rest.find(key) {
+        let v = i + key.len();
+        out.push_str(&rest[..v]);
+        let digits = rest[v..].bytes().take_while(u8::is_ascii_digit).count();
+        match rest[v..v + digits].parse::<u64>() {
+            Ok(n) if digits > 0 && ids.contains(&n) => out.push_str(&(n + offset).to_string()),
+            _ => out.push_str(&rest[v..v + digits]),
+        }
+        rest = &rest[v + digits..];
+    }
+    out.push_str(rest);
+    out
 }
 
 /// The event's own id (the line's first `"id":"…"`) replaced by `id`.
@@ -667,5 +696,9 @@ mod generate_tests {
         };
         assert_eq!(repos(&files[0]), ["o/r-g0", "o/r-g1", "o/r-g2", "o/r-g3"]);
         assert_eq!(repos(&files[1]), ["o/r-g2", "o/r-g3", "o/r-g4", "o/r-g5"]);
+        assert_eq!(
+            reid_repos("{\"id\":42,\"x\":{\"id\":420}}", &[42].into(), 30_000_000_000),
+            "{\"id\":30000000042,\"x\":{\"id\":420}}"
+        );
     }
 }
