@@ -1,5 +1,6 @@
 """DuckDB baseline of `swelake bench jobs`: pr_timeline and pull_requests over the same events
-Parquet files, with the SQL of bench/duckdb/ (ported from sql/).
+Parquet files, with swelake's own sql/ files ported to DuckDB's dialect by `port` below (so the
+baseline runs the query swelake runs, and cannot drift from it).
 
 Usage: python3 bench/duckdb_pr_jobs.py FILE_LIST THREADS
 FILE_LIST holds the events table's active Parquet files, one path per line (the Delta version
@@ -9,12 +10,22 @@ line: rows and merged count of each table and the seconds each query took.
 
 import json
 import os
+import re
 import sys
 import time
 
 import duckdb
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+SQL = os.path.join(HERE, "..", "sql")
+
+
+def port(sql):
+    """swelake's SQL in DuckDB's dialect, for a first run over the whole lake: DataFusion's
+    `first_value(x ORDER BY ...)` aggregate is DuckDB's `first(x ORDER BY ...)`, and the job's
+    `{input}_new` views (the partitions a run processes) are the whole inputs."""
+    sql = re.sub(r"\bfirst_value\(", "first(", sql)
+    return re.sub(r"\b(events|pr_timeline)_new\b", r"\1", sql)
 
 
 def main():
@@ -35,7 +46,7 @@ def main():
     con.execute("CREATE TABLE job_last_run AS SELECT TIMESTAMPTZ '1970-01-01 00:00:00+00' AS last_run_at")
     out = {}
     for name in ["pr_timeline", "pull_requests"]:
-        sql = open(os.path.join(HERE, "duckdb", f"{name}.sql")).read()
+        sql = port(open(os.path.join(SQL, f"{name}.sql")).read())
         t = time.perf_counter()
         con.execute(f"CREATE TABLE {name} AS {sql}")
         out[f"{name}_seconds"] = time.perf_counter() - t
