@@ -120,3 +120,17 @@ pub fn create_bucket(endpoint: &str, bucket: &str) {
     s.read_to_string(&mut response).unwrap();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 }
+
+/// Clones the shared history `name`'s bundle as a bare mirror at `root/src/{name}.git` (where a
+/// `{root}/src/{repo}.git` repo-url template finds it); returns its path.
+pub fn mirror_of_bundle(history: &std::path::Path, name: &str, root: &std::path::Path) -> PathBuf {
+    let mirror = root.join("src").join(format!("{name}.git"));
+    let ok = std::process::Command::new("git")
+        .args(["-c", "init.defaultBranch=main", "clone", "--quiet", "--mirror"])
+        .arg(history.join(format!("{}.bundle", name.replace('/', "-"))))
+        .arg(&mirror)
+        .status()
+        .unwrap();
+    assert!(ok.success(), "cloning the {name} bundle");
+    mirror
+}

@@ -296,14 +296,7 @@ async fn shard_workers_over_two_real_histories() {
     let mut all = String::new();
     for name in ["pallets/jinja", "pallets/werkzeug"] {
         let stem = name.replace('/', "-");
-        let mirror = dir.path().join("src").join(format!("{name}.git"));
-        let ok = Command::new("git")
-            .args(["clone", "--quiet", "--mirror"])
-            .arg(history.join(format!("{stem}.bundle")))
-            .arg(&mirror)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "cloning the {name} bundle");
+        crate::common::mirror_of_bundle(&history, name, dir.path());
         let part = dir.path().join(format!("{stem}.json"));
         crate::history::concatenated(&history.join(&stem).join("events"), &part);
         all.push_str(&std::fs::read_to_string(&part).unwrap());

@@ -407,14 +407,7 @@ async fn real_histories_give_their_merged_prs_from_git_alone_and_beside_the_arch
     for name in ["pallets/jinja", "pallets/werkzeug"] {
         let stem = name.replace('/', "-");
         let dir = tempfile::tempdir().unwrap();
-        let mirror = dir.path().join("src").join(format!("{name}.git"));
-        let ok = Command::new("git")
-            .args(["-c", "init.defaultBranch=main", "clone", "--quiet", "--mirror"])
-            .arg(history.join(format!("{stem}.bundle")))
-            .arg(&mirror)
-            .status()
-            .unwrap();
-        assert!(ok.success());
+        crate::common::mirror_of_bundle(&history, name, dir.path());
         let registry = Registry::load(None, None).unwrap();
         let mirrors =
             Mirrors::new(format!("{}/{{repo}}.git", dir.path().join("src").display()), dir.path().join("cache"));

@@ -6,7 +6,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, Write};
 use std::path::Path;
-use std::process::Command;
 
 use serde::Deserialize;
 use swelake::git::Mirrors;
@@ -78,14 +77,7 @@ async fn snapshots_of_real_merges_agree_with_git() {
     for name in ["pallets/jinja", "pallets/werkzeug"] {
         let stem = name.replace('/', "-");
         let dir = tempfile::tempdir().unwrap();
-        let mirror = dir.path().join("src").join(format!("{name}.git"));
-        let ok = Command::new("git")
-            .args(["clone", "--quiet", "--mirror"])
-            .arg(history.join(format!("{stem}.bundle")))
-            .arg(&mirror)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "cloning the {name} bundle");
+        crate::common::mirror_of_bundle(&history, name, dir.path());
         let hour = dir.path().join("2011-04-25-18.json");
         let reused = concatenated(&history.join(&stem).join("events"), &hour);
         let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
@@ -161,14 +153,7 @@ async fn seed_instances_of_a_real_history_show_every_hunk_and_their_oracles_scor
     let Some(history) = crate::common::history() else { return };
     let (name, stem) = ("pallets/jinja", "pallets-jinja");
     let dir = tempfile::tempdir().unwrap();
-    let mirror = dir.path().join("src").join(format!("{name}.git"));
-    let ok = Command::new("git")
-        .args(["-c", "init.defaultBranch=main", "clone", "--quiet", "--mirror"])
-        .arg(history.join(format!("{stem}.bundle")))
-        .arg(&mirror)
-        .status()
-        .unwrap();
-    assert!(ok.success());
+    crate::common::mirror_of_bundle(&history, name, dir.path());
     let hour = dir.path().join("2011-04-25-18.json");
     concatenated(&history.join(stem).join("events"), &hour);
     let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
