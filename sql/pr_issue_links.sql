@@ -6,6 +6,8 @@
 -- the messages of their commits read from git in `pr_commits`.
 -- resolving_refs() (a Rust UDF) finds closing keywords and references in every form; one row
 -- per (PR, issue), with the keyword and the first text it came from (title, body, commit).
+-- The touched PRs are every join's left (build) side: the tables they pick rows from grow
+-- with the lake, and only the touched PRs' rows pass the filter the join pushes into a scan.
 WITH touched AS (
     SELECT DISTINCT repo_name, pr_number FROM pr_timeline_new
     UNION
@@ -14,20 +16,20 @@ WITH touched AS (
 ),
 texts AS (
     SELECT p.repo_name, p.number AS pr_number, 1 AS source_rank, 'title' AS source, p.title AS text
-    FROM pull_requests p JOIN touched k ON p.repo_name = k.repo_name AND p.number = k.pr_number
+    FROM touched k JOIN pull_requests p ON p.repo_name = k.repo_name AND p.number = k.pr_number
     UNION ALL
     SELECT p.repo_name, p.number, 2, 'body', p.body
-    FROM pull_requests p JOIN touched k ON p.repo_name = k.repo_name AND p.number = k.pr_number
+    FROM touched k JOIN pull_requests p ON p.repo_name = k.repo_name AND p.number = k.pr_number
     UNION ALL
     SELECT repo_name, pr_number, 3, 'commit_message', message
     FROM (
         SELECT t.repo_name, t.pr_number, unnest(t.push_commit_messages) AS message
-        FROM pr_timeline t JOIN touched k ON t.repo_name = k.repo_name AND t.pr_number = k.pr_number
+        FROM touched k JOIN pr_timeline t ON t.repo_name = k.repo_name AND t.pr_number = k.pr_number
         WHERE t.kind = 'push' AND t.push_commit_messages IS NOT NULL
     ) m
     UNION ALL
     SELECT c.repo_name, c.pr_number, 3, 'commit_message', c.message
-    FROM pr_commits c JOIN touched k ON c.repo_name = k.repo_name AND c.pr_number = k.pr_number
+    FROM touched k JOIN pr_commits c ON c.repo_name = k.repo_name AND c.pr_number = k.pr_number
 ),
 refs AS (
     SELECT repo_name, pr_number, source_rank, source, unnest(resolving_refs(text, repo_name, pr_number)) AS r

@@ -116,8 +116,12 @@ pushes AS (
         e.push_commit_shas,
         e.push_commit_messages,
         e.event_date
-    FROM events_new e
-    JOIN pr_heads h ON e.repo_id = h.head_repo_id AND e.ref_name = concat('refs/heads/', h.head_ref)
+    -- The PR heads are the join's left, i.e. build, side: a few thousand rows in a hash table
+    -- whose keys DataFusion pushes into the scan of the day's pushes as a dynamic filter.
+    -- With the pushes on the left, every push of the day (2.5M rows of a generated day, with
+    -- their commit messages) was held in the table: 5.6 GB and 12 s instead of 0.3 GB and 2 s.
+    FROM pr_heads h
+    JOIN events_new e ON e.repo_id = h.head_repo_id AND e.ref_name = concat('refs/heads/', h.head_ref)
     WHERE e.type = 'PushEvent'
 )
 SELECT * FROM conversation

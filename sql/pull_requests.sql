@@ -17,42 +17,53 @@ WITH touched AS (
     UNION
     SELECT repo_name, number FROM pr_git_facts WHERE found_at > (SELECT last_run_at FROM job_last_run)
 ),
+-- The touched PRs are the joins' left (build) side: the timeline and the git facts grow with
+-- the lake, and only their rows of the touched PRs pass the dynamic filter the join pushes
+-- into their scans (with the timeline on the left, a day's whole timeline sat in the hash
+-- table: 1 GB).
 t AS (
     SELECT p.*
-    FROM pr_timeline p
-    JOIN touched k ON p.repo_name = k.repo_name AND p.pr_number = k.pr_number
+    FROM touched k
+    JOIN pr_timeline p ON p.repo_name = k.repo_name AND p.pr_number = k.pr_number
+),
+-- Each event's place in its PR's history, newest first, computed once: the aggregates below
+-- order by this one integer instead of each comparing (created_at, event_id) on its own, and
+-- their input arrives sorted by PR, so each takes its PR's first qualifying row.
+ranked AS (
+    SELECT t.*, row_number() OVER (PARTITION BY repo_name, pr_number ORDER BY created_at DESC, event_id DESC) AS rn
+    FROM t
 ),
 agg AS (
     SELECT
         repo_name,
         pr_number,
-        first_value(title ORDER BY created_at DESC, event_id DESC) FILTER (WHERE title IS NOT NULL) AS title,
-        first_value(snapshot_source ORDER BY created_at DESC, event_id DESC) FILTER (WHERE title IS NOT NULL) AS title_source,
-        first_value(body ORDER BY created_at DESC, event_id DESC) FILTER (WHERE body IS NOT NULL) AS body,
-        first_value(author_login ORDER BY created_at DESC, event_id DESC) FILTER (WHERE author_login IS NOT NULL) AS author_login,
-        first_value(author_id ORDER BY created_at DESC, event_id DESC) FILTER (WHERE author_id IS NOT NULL) AS author_id,
-        first_value(author_type ORDER BY created_at DESC, event_id DESC) FILTER (WHERE author_type IS NOT NULL) AS author_type,
-        first_value(labels ORDER BY created_at DESC, event_id DESC) FILTER (WHERE labels IS NOT NULL) AS labels,
-        first_value(state ORDER BY created_at DESC, event_id DESC) FILTER (WHERE state IS NOT NULL) AS state,
-        first_value(kind ORDER BY created_at DESC, event_id DESC) FILTER (WHERE snapshot_source = 'pull_request_event') AS last_action,
+        first_value(title ORDER BY rn) FILTER (WHERE title IS NOT NULL) AS title,
+        first_value(snapshot_source ORDER BY rn) FILTER (WHERE title IS NOT NULL) AS title_source,
+        first_value(body ORDER BY rn) FILTER (WHERE body IS NOT NULL) AS body,
+        first_value(author_login ORDER BY rn) FILTER (WHERE author_login IS NOT NULL) AS author_login,
+        first_value(author_id ORDER BY rn) FILTER (WHERE author_id IS NOT NULL) AS author_id,
+        first_value(author_type ORDER BY rn) FILTER (WHERE author_type IS NOT NULL) AS author_type,
+        first_value(labels ORDER BY rn) FILTER (WHERE labels IS NOT NULL) AS labels,
+        first_value(state ORDER BY rn) FILTER (WHERE state IS NOT NULL) AS state,
+        first_value(kind ORDER BY rn) FILTER (WHERE snapshot_source = 'pull_request_event') AS last_action,
         bool_or(kind = 'merged') AS merged_by_action,
         bool_or(merged) AS merged_by_flag,
         bool_or(snapshot_source = 'issue_event' AND merged_at IS NOT NULL) AS merged_by_issue,
         max(CASE WHEN kind = 'merged' THEN created_at END) AS merged_action_at,
         max(merged_at) AS payload_merged_at,
-        first_value(merged ORDER BY created_at DESC, event_id DESC) FILTER (WHERE merged IS NOT NULL) AS last_explicit_merged,
+        first_value(merged ORDER BY rn) FILTER (WHERE merged IS NOT NULL) AS last_explicit_merged,
         max(CASE WHEN merged IS NOT NULL THEN created_at END) AS last_explicit_at,
         max(CASE WHEN kind = 'closed' OR kind = 'merged' THEN created_at END) AS last_close_at,
-        first_value(merge_commit_sha ORDER BY created_at DESC, event_id DESC) FILTER (WHERE merge_commit_sha IS NOT NULL) AS merge_commit_sha,
-        first_value(base_ref ORDER BY created_at DESC, event_id DESC) FILTER (WHERE base_ref IS NOT NULL) AS base_ref,
-        first_value(base_sha ORDER BY created_at DESC, event_id DESC) FILTER (WHERE base_sha IS NOT NULL) AS base_sha,
-        first_value(head_ref ORDER BY created_at DESC, event_id DESC) FILTER (WHERE head_ref IS NOT NULL AND snapshot_source = 'pull_request_event') AS head_ref,
-        first_value(head_sha ORDER BY created_at DESC, event_id DESC) FILTER (WHERE head_sha IS NOT NULL AND snapshot_source = 'pull_request_event') AS head_sha,
-        first_value(head_repo_name ORDER BY created_at DESC, event_id DESC) FILTER (WHERE head_repo_name IS NOT NULL AND snapshot_source = 'pull_request_event') AS head_repo_name,
-        first_value(commits ORDER BY created_at DESC, event_id DESC) FILTER (WHERE commits IS NOT NULL) AS commits,
-        first_value(additions ORDER BY created_at DESC, event_id DESC) FILTER (WHERE additions IS NOT NULL) AS additions,
-        first_value(deletions ORDER BY created_at DESC, event_id DESC) FILTER (WHERE deletions IS NOT NULL) AS deletions,
-        first_value(changed_files ORDER BY created_at DESC, event_id DESC) FILTER (WHERE changed_files IS NOT NULL) AS changed_files,
+        first_value(merge_commit_sha ORDER BY rn) FILTER (WHERE merge_commit_sha IS NOT NULL) AS merge_commit_sha,
+        first_value(base_ref ORDER BY rn) FILTER (WHERE base_ref IS NOT NULL) AS base_ref,
+        first_value(base_sha ORDER BY rn) FILTER (WHERE base_sha IS NOT NULL) AS base_sha,
+        first_value(head_ref ORDER BY rn) FILTER (WHERE head_ref IS NOT NULL AND snapshot_source = 'pull_request_event') AS head_ref,
+        first_value(head_sha ORDER BY rn) FILTER (WHERE head_sha IS NOT NULL AND snapshot_source = 'pull_request_event') AS head_sha,
+        first_value(head_repo_name ORDER BY rn) FILTER (WHERE head_repo_name IS NOT NULL AND snapshot_source = 'pull_request_event') AS head_repo_name,
+        first_value(commits ORDER BY rn) FILTER (WHERE commits IS NOT NULL) AS commits,
+        first_value(additions ORDER BY rn) FILTER (WHERE additions IS NOT NULL) AS additions,
+        first_value(deletions ORDER BY rn) FILTER (WHERE deletions IS NOT NULL) AS deletions,
+        first_value(changed_files ORDER BY rn) FILTER (WHERE changed_files IS NOT NULL) AS changed_files,
         min(item_created_at) AS payload_created_at,
         max(closed_at) AS closed_at,
         min(created_at) AS first_event_at,
@@ -63,7 +74,7 @@ agg AS (
         sum(CASE WHEN kind = 'review_comment' THEN 1 ELSE 0 END) AS review_comment_events,
         sum(CASE WHEN kind = 'push' THEN 1 ELSE 0 END) AS push_events,
         bool_or(payload_trimmed) AS saw_trimmed_payload
-    FROM t
+    FROM ranked
     GROUP BY repo_name, pr_number
 ),
 archive AS (
@@ -116,8 +127,8 @@ FROM agg
 ),
 g AS (
     SELECT f.*
-    FROM pr_git_facts f
-    JOIN touched k ON f.repo_name = k.repo_name AND f.number = k.pr_number
+    FROM touched k
+    JOIN pr_git_facts f ON f.repo_name = k.repo_name AND f.number = k.pr_number
 )
 SELECT
     coalesce(a.repo_name, g.repo_name) AS repo_name,

@@ -631,6 +631,14 @@ const EXIT_BUSY: u8 = 75;
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The trainer's commands keep glibc's default arenas (their figures were measured with
+    // them); every other command builds and frees Arrow batches on many threads.
+    if !matches!(
+        cli.command,
+        Command::Train(_) | Command::Generate(_) | Command::Eval(_) | Command::Bench(BenchCommand::Train(_))
+    ) {
+        crate::memory::cap_arenas();
+    }
     // Known before anything logs: secrets of the environment and of --storage-option.
     let _ = crate::lake::store::options(&cli.storage_options);
     init_logging(cli.quiet, cli.verbose);

@@ -409,8 +409,7 @@ impl Lake {
     /// A DataFusion session with every table of the lake registered under its name. It has
     /// no swelake SQL functions: the layer that plans queries adds them (`udfs::register_all`).
     pub async fn session(&self) -> Result<SessionContext> {
-        let config = SessionConfig::new().with_information_schema(true);
-        let ctx = SessionContext::new_with_config(config);
+        let ctx = SessionContext::new_with_config(session_config()?);
         for name in self.tables().await? {
             let table = self.open_table(&name).await?;
             table.update_datafusion_session(&ctx.state())?;
@@ -592,6 +591,14 @@ pub fn failpoint(name: &str) {
             }
         }
     }
+}
+
+/// The settings of every query session over the lake: DataFusion's defaults, then its own
+/// `DATAFUSION_*` environment variables (e.g. `DATAFUSION_EXECUTION_TARGET_PARTITIONS=4`), so
+/// an operator can tune a run without a new build.
+pub fn session_config() -> Result<SessionConfig> {
+    let config = SessionConfig::from_env().context("reading DATAFUSION_* settings from the environment")?;
+    Ok(config.with_information_schema(true))
 }
 
 /// The table's directory name, from its URL.
