@@ -8,6 +8,8 @@
 -- Rust UDFs configured by the same file. A PR is kept when it has no reason at all.
 -- problem_source: 'issue' when a linked issue has text in `issues`, else 'pr_text' (the seed's
 -- problem statement is then the PR's title and body, as for PRs found only in git).
+-- The per-PR facts of the smaller tables are joined to the PRs with those facts as the
+-- joins' build sides.
 WITH files AS (
     SELECT
         repo_name,
@@ -31,6 +33,12 @@ issue_text AS (
         ON i.repo_name = l.issue_repo_name AND i.number = l.issue_number AND NOT i.is_pull_request
     GROUP BY l.repo_name, l.pr_number
 ),
+-- One row per PR, streamed: the PRs are never a join's build side (every join below is written
+-- with its smaller side first, which the job's planner keeps as the side it holds), and each
+-- PR's reasons are computed from its own row, so memory does not grow with the lake.
+decontaminate AS (
+    SELECT DISTINCT repo FROM config_decontaminate
+),
 base AS (
     SELECT
         p.repo_name,
@@ -49,56 +57,63 @@ base AS (
         coalesce(it.known_issues, 0) AS known_issues,
         length(coalesce(p.title, '')) + length(coalesce(p.body, '')) AS pr_chars,
         s.status AS snapshot_status,
+        d.repo IS NOT NULL AS decontaminated,
         c.min_files,
         c.max_files,
         c.max_changed_lines,
         c.min_issue_chars,
         c.require_linked_issue,
         c.pr_text_problems
-    FROM pull_requests p
-    CROSS JOIN config_filters c
-    LEFT JOIN files f ON f.repo_name = p.repo_name AND f.pr_number = p.number
-    LEFT JOIN issue_text it ON it.repo_name = p.repo_name AND it.pr_number = p.number
-    LEFT JOIN pr_snapshots s ON s.repo_name = p.repo_name AND s.pr_number = p.number
+    FROM decontaminate d
+    RIGHT JOIN (
+        issue_text it
+        RIGHT JOIN (
+            files f
+            RIGHT JOIN (
+                pr_snapshots s
+                RIGHT JOIN (config_filters c CROSS JOIN pull_requests p)
+                ON s.repo_name = p.repo_name AND s.pr_number = p.number
+            ) ON f.repo_name = p.repo_name AND f.pr_number = p.number
+        ) ON it.repo_name = p.repo_name AND it.pr_number = p.number
+    ) ON d.repo = p.repo_name
 ),
-reason_rows AS (
-    SELECT repo_name, pr_number, 'not_merged' AS reason FROM base WHERE merged IS NULL OR NOT merged
-    UNION ALL SELECT repo_name, pr_number, 'bot_author' FROM base WHERE is_bot_account(author_login, author_type)
-    UNION ALL SELECT repo_name, pr_number, 'bot_text' FROM base WHERE botlike_text(title) OR botlike_text(body)
-    UNION ALL SELECT repo_name, pr_number, 'not_snapshotted' FROM base WHERE merged AND snapshot_status IS NULL
-    UNION ALL SELECT repo_name, pr_number, 'snapshot_failed' FROM base WHERE snapshot_status = 'error'
-    UNION ALL SELECT repo_name, pr_number, 'empty_change' FROM base WHERE snapshot_status = 'ok' AND files = 0
-    UNION ALL SELECT repo_name, pr_number, 'too_few_files' FROM base WHERE snapshot_status = 'ok' AND files > 0 AND files < min_files
-    UNION ALL SELECT repo_name, pr_number, 'too_many_files' FROM base WHERE files > max_files
-    UNION ALL SELECT repo_name, pr_number, 'too_many_lines' FROM base WHERE changed_lines > max_changed_lines
-    UNION ALL SELECT repo_name, pr_number, 'no_code_change' FROM base WHERE files > 0 AND code_files = 0
-    UNION ALL SELECT repo_name, pr_number, 'noise_only' FROM base WHERE files > 0 AND noise_files = files
-    UNION ALL SELECT repo_name, pr_number, 'decontaminated' FROM base WHERE repo_name IN (SELECT repo FROM config_decontaminate)
-    UNION ALL SELECT repo_name, pr_number, 'no_linked_issue' FROM base
-        WHERE linked_issues = 0 AND require_linked_issue AND pr_text_problems <> 'always'
-    UNION ALL SELECT repo_name, pr_number, 'issue_text_too_short' FROM base
-        WHERE (known_issues > 0 OR (linked_issues > 0 AND pr_text_problems = 'never')) AND issue_chars < min_issue_chars
-    UNION ALL SELECT repo_name, pr_number, 'pr_text_too_short' FROM base
-        WHERE known_issues = 0 AND pr_text_problems <> 'never' AND pr_chars < min_issue_chars
-          AND (linked_issues > 0 OR pr_text_problems = 'always')
-),
-reasons AS (
-    SELECT repo_name, pr_number, array_agg(reason ORDER BY reason) AS reasons
-    FROM reason_rows
-    GROUP BY repo_name, pr_number
+-- Every reason that applies, in the codes' alphabetical order; NULL where one does not.
+judged AS (
+    SELECT
+        *,
+        array_compact(make_array(
+            CASE WHEN is_bot_account(author_login, author_type) THEN 'bot_author' END,
+            CASE WHEN botlike_text(title) OR botlike_text(body) THEN 'bot_text' END,
+            CASE WHEN decontaminated THEN 'decontaminated' END,
+            CASE WHEN snapshot_status = 'ok' AND files = 0 THEN 'empty_change' END,
+            CASE WHEN (known_issues > 0 OR (linked_issues > 0 AND pr_text_problems = 'never'))
+                AND issue_chars < min_issue_chars THEN 'issue_text_too_short' END,
+            CASE WHEN files > 0 AND code_files = 0 THEN 'no_code_change' END,
+            CASE WHEN linked_issues = 0 AND require_linked_issue AND pr_text_problems <> 'always'
+                THEN 'no_linked_issue' END,
+            CASE WHEN files > 0 AND noise_files = files THEN 'noise_only' END,
+            CASE WHEN merged IS NULL OR NOT merged THEN 'not_merged' END,
+            CASE WHEN merged AND snapshot_status IS NULL THEN 'not_snapshotted' END,
+            CASE WHEN known_issues = 0 AND pr_text_problems <> 'never' AND pr_chars < min_issue_chars
+                AND (linked_issues > 0 OR pr_text_problems = 'always') THEN 'pr_text_too_short' END,
+            CASE WHEN snapshot_status = 'error' THEN 'snapshot_failed' END,
+            CASE WHEN snapshot_status = 'ok' AND files > 0 AND files < min_files THEN 'too_few_files' END,
+            CASE WHEN files > max_files THEN 'too_many_files' END,
+            CASE WHEN changed_lines > max_changed_lines THEN 'too_many_lines' END
+        )) AS reasons
+    FROM base
 )
 SELECT
-    b.repo_name,
-    b.pr_number,
-    r.reasons IS NULL AS keep,
-    coalesce(r.reasons, arrow_cast(make_array(), 'List(Utf8)')) AS reasons,
-    b.files,
-    b.changed_lines,
-    b.code_files,
-    b.noise_files,
-    b.linked_issues,
-    b.issue_chars,
-    b.snapshot_status,
-    CASE WHEN b.known_issues > 0 THEN 'issue' ELSE 'pr_text' END AS problem_source
-FROM base b
-LEFT JOIN reasons r ON r.repo_name = b.repo_name AND r.pr_number = b.pr_number
+    repo_name,
+    pr_number,
+    cardinality(reasons) = 0 AS keep,
+    reasons,
+    files,
+    changed_lines,
+    code_files,
+    noise_files,
+    linked_issues,
+    issue_chars,
+    snapshot_status,
+    CASE WHEN known_issues > 0 THEN 'issue' ELSE 'pr_text' END AS problem_source
+FROM judged

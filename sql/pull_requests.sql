@@ -170,5 +170,6 @@ SELECT
     a.saw_trimmed_payload,
     CASE WHEN a.number IS NULL THEN 'git' ELSE 'gh_archive' END AS discovery_source,
     g.kind AS git_kind
-FROM archive a
-FULL OUTER JOIN g ON a.repo_name = g.repo_name AND a.number = g.number
+-- The git facts of the touched PRs (few) are the build side.
+FROM g
+FULL OUTER JOIN archive a ON a.repo_name = g.repo_name AND a.number = g.number

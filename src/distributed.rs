@@ -93,11 +93,14 @@ fn encode_udf(node: &ScalarUDF, buf: &mut Vec<u8>) {
 
 fn decode_udf(name: &str, buf: &[u8]) -> datafusion::common::Result<Arc<ScalarUDF>> {
     if buf.is_empty() {
-        // A function known by name only: every process registers the same set.
+        // A function known by name only: swelake's (every process registers the same set) or
+        // one of DataFusion's own that Ballista's registry leaves out (`array_compact`).
         return crate::udfs::all()
             .into_iter()
-            .find(|f| f.name() == name)
             .map(Arc::new)
+            .chain(datafusion::functions::all_default_functions())
+            .chain(datafusion::functions_nested::all_default_nested_functions())
+            .find(|f| f.name() == name || f.aliases().iter().any(|a| a == name))
             .ok_or_else(|| DataFusionError::Plan(format!("no SQL function `{name}` in this swelake")));
     }
     crate::filters::udf::decode(name, buf).map(Arc::new).map_err(udf_error)

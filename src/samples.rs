@@ -521,6 +521,9 @@ pub struct GenerateOptions {
     pub hours: usize,
     /// Copies of every source event per hour, each under renamed repositories.
     pub copies: usize,
+    /// Hours already generated before `first_hour` by earlier calls (a backfill made a day at
+    /// a time): names, ids and the carried-over copies continue from where those left off.
+    pub hours_before: usize,
 }
 
 /// Writes `hours` consecutive gzipped hour files into `dir`, each holding `copies` copies of
@@ -528,7 +531,7 @@ pub struct GenerateOptions {
 /// `owner/name-gK`, in every field and text that names them), fresh event ids, and the
 /// event's time moved into that hour (minutes and seconds kept). Half of an hour's copies
 /// reuse the previous hour's names, so a PR opened in one hour is merged or commented on in
-/// the next, as in the real archive. Returns the files written.
+/// the next, as in the real archive. Hours are written in parallel. Returns the files written.
 pub fn generate_hours(o: &GenerateOptions, dir: &Path) -> Result<Vec<PathBuf>> {
     use std::io::Read;
     let first = chrono::NaiveDateTime::parse_from_str(&format!("{}:00:00", o.first_hour), "%Y-%m-%d-%H:%M:%S")
@@ -567,29 +570,36 @@ pub fn generate_hours(o: &GenerateOptions, dir: &Path) -> Result<Vec<PathBuf>> {
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let half = (o.copies / 2).max(1);
-    let mut out = Vec::new();
-    for h in 0..o.hours {
-        let t = first + chrono::Duration::hours(h as i64);
-        let stamp = t.format("%Y-%m-%dT%H").to_string();
-        let path = dir.join(format!("{}-{}.json.gz", t.format("%Y-%m-%d"), chrono::Timelike::hour(&t)));
-        let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-        let mut gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::fast());
-        for c in 0..o.copies {
-            let group = h * half + c;
-            for (i, (repo, line)) in lines.iter().enumerate() {
-                let mut l =
-                    if repo.is_empty() { line.clone() } else { rename_repo(line, repo, &format!("{repo}-g{group}")) };
-                l = reid_repos(&l, &repo_ids, group as u64 * 10_000_000_000);
-                l = retime(&l, &stamp);
-                l = reid(&l, &format!("{}{:06}{:07}", h + 1, c, i));
-                gz.write_all(l.as_bytes())?;
-                gz.write_all(b"\n")?;
+    use rayon::prelude::*;
+    (0..o.hours)
+        .into_par_iter()
+        .map(|k| {
+            let t = first + chrono::Duration::hours(k as i64);
+            // The hour's index in the whole generated stretch: names and ids follow it.
+            let h = o.hours_before + k;
+            let stamp = t.format("%Y-%m-%dT%H").to_string();
+            let path = dir.join(format!("{}-{}.json.gz", t.format("%Y-%m-%d"), chrono::Timelike::hour(&t)));
+            let file = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+            let mut gz = flate2::write::GzEncoder::new(std::io::BufWriter::new(file), flate2::Compression::fast());
+            for c in 0..o.copies {
+                let group = h * half + c;
+                for (i, (repo, line)) in lines.iter().enumerate() {
+                    let mut l = if repo.is_empty() {
+                        line.clone()
+                    } else {
+                        rename_repo(line, repo, &format!("{repo}-g{group}"))
+                    };
+                    l = reid_repos(&l, &repo_ids, group as u64 * 10_000_000_000);
+                    l = retime(&l, &stamp);
+                    l = reid(&l, &format!("{}{:06}{:07}", h + 1, c, i));
+                    gz.write_all(l.as_bytes())?;
+                    gz.write_all(b"\n")?;
+                }
             }
-        }
-        gz.finish()?.flush()?;
-        out.push(path);
-    }
-    Ok(out)
+            gz.finish()?.flush()?;
+            Ok(path)
+        })
+        .collect()
 }
 
 /// `line` with every whole occurrence of `from` (not followed by a name character) replaced.
@@ -681,7 +691,13 @@ mod generate_tests {
             "{\"id\":\"1\",\"repo\":{\"name\":\"o/r\"},\"created_at\":\"2015-01-01T15:00:00Z\"}\nnot json\n",
         )
         .unwrap();
-        let o = GenerateOptions { sources: vec![src], first_hour: "2025-12-31-23".into(), hours: 2, copies: 4 };
+        let o = GenerateOptions {
+            sources: vec![src],
+            first_hour: "2025-12-31-23".into(),
+            hours: 2,
+            copies: 4,
+            hours_before: 0,
+        };
         let files = generate_hours(&o, &dir.path().join("out")).unwrap();
         let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
         assert_eq!(names, ["2025-12-31-23.json.gz", "2026-01-01-0.json.gz"]);
@@ -696,6 +712,10 @@ mod generate_tests {
         };
         assert_eq!(repos(&files[0]), ["o/r-g0", "o/r-g1", "o/r-g2", "o/r-g3"]);
         assert_eq!(repos(&files[1]), ["o/r-g2", "o/r-g3", "o/r-g4", "o/r-g5"]);
+        // The next day, made by a second call, carries over from this one's last hour.
+        let next = GenerateOptions { first_hour: "2026-01-01-1".into(), hours: 1, hours_before: 2, ..o };
+        let files = generate_hours(&next, &dir.path().join("next")).unwrap();
+        assert_eq!(repos(&files[0]), ["o/r-g4", "o/r-g5", "o/r-g6", "o/r-g7"]);
         assert_eq!(
             reid_repos("{\"id\":42,\"x\":{\"id\":420}}", &[42].into(), 30_000_000_000),
             "{\"id\":30000000042,\"x\":{\"id\":420}}"

@@ -254,3 +254,43 @@ impl JobsBenchArgs {
         }
     }
 }
+
+#[derive(Args, Debug)]
+pub(crate) struct BackfillBenchArgs {
+    /// Days to generate and run, one at a time, into one lake.
+    #[arg(long, default_value_t = 30)]
+    days: usize,
+    /// Copies of every source event per hour (53 copies of the two real excerpts: 3.9M events
+    /// a day).
+    #[arg(long, default_value_t = 53)]
+    copies: usize,
+    /// Hours per day.
+    #[arg(long, default_value_t = 24)]
+    hours_per_day: usize,
+    /// Real hour files to copy [default: ../shared/gharchive, else tests/data/gharchive].
+    #[arg(long)]
+    sources: Option<PathBuf>,
+    /// The first day generated.
+    #[arg(long, default_value = "2025-03-01")]
+    first_day: chrono::NaiveDate,
+    /// Working directory (the day's hour files and the lake); emptied first.
+    #[arg(long, default_value = "target/bench-backfill")]
+    work: PathBuf,
+    /// Keep the lake at the end (30 days of 3.9M events take ~33 GB).
+    #[arg(long)]
+    keep_lake: bool,
+}
+
+impl BackfillBenchArgs {
+    pub(crate) fn into_options(self) -> crate::bench::BackfillBenchOptions {
+        crate::bench::BackfillBenchOptions {
+            days: self.days.max(1),
+            copies: self.copies.max(1),
+            hours_per_day: self.hours_per_day.clamp(1, 24),
+            sources: self.sources,
+            first_day: self.first_day,
+            work: self.work,
+            keep_lake: self.keep_lake,
+        }
+    }
+}

@@ -485,6 +485,10 @@ enum BenchCommand {
     /// peak RSS per step on the local engine, the same jobs on Ballista with 1 and 2
     /// executors on loopback, and DuckDB on the PR jobs over the same files.
     Jobs(bench::JobsBenchArgs),
+    /// Days of generated GH Archive through `run --all`, one day at a time into one growing
+    /// lake (generate, run, delete the day's input): seconds and peak RSS per day, the last
+    /// day's next to the first's.
+    Backfill(bench::BackfillBenchArgs),
 }
 
 /// Parquet codec of the files a job writes.
@@ -1065,6 +1069,11 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Bench(BenchCommand::Jobs(a)) => {
             crate::bench::jobs(&a.into_options()).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(BenchCommand::Backfill(a)) => {
+            let opts = a.into_options();
+            tokio::task::block_in_place(|| crate::bench::backfill(&opts))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(BenchCommand::Relevance(a)) => {

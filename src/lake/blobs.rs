@@ -95,13 +95,13 @@ pub async fn known(lake: &Lake) -> Result<HashSet<String>> {
 pub async fn insert_absent(lake: &Lake, mut rows: Vec<BlobRow>) -> Result<usize> {
     let mut seen = HashSet::new();
     rows.retain(|b| seen.insert(b.sha.clone()));
-    lake.insert_absent(FILE_BLOBS, &batch(&rows), "blob_sha", None, LONG_TEXT).await
+    lake.insert_absent(FILE_BLOBS, &batch(&rows), &["blob_sha"], None, LONG_TEXT).await
 }
 
 /// Appends blobs the caller believes the store lacks: ids it took from a set that [`known`]
 /// started, so that parallel workers of one process never read the same blob twice. Another
 /// process may have stored some since; the commit-time check drops those.
 pub async fn append_new(lake: &Lake, rows: &[BlobRow]) -> Result<()> {
-    lake.insert_absent(FILE_BLOBS, &batch(rows), "blob_sha", None, LONG_TEXT).await?;
+    lake.insert_absent(FILE_BLOBS, &batch(rows), &["blob_sha"], None, LONG_TEXT).await?;
     Ok(())
 }

@@ -43,9 +43,10 @@ fn lost_race(e: &DeltaTableError) -> bool {
     )
 }
 
-/// A real conflict between `keys` and the commits after `read_version`, if any: the key and
-/// the version that replaced it.
-async fn conflicting_key(table: &DeltaTable, read_version: u64, keys: &[String]) -> Result<Option<(String, u64)>> {
+/// A real conflict between `scope` and the commits after `read_version`, if any: the key
+/// (or "the whole table") and the version that replaced it. Any file added or removed by
+/// another writer conflicts with a rewrite of the whole table.
+async fn conflicting_key(table: &DeltaTable, read_version: u64, scope: Replace<'_>) -> Result<Option<(String, u64)>> {
     let latest = table.version().unwrap_or(read_version);
     let store = table.log_store();
     for v in read_version + 1..=latest {
@@ -57,12 +58,26 @@ async fn conflicting_key(table: &DeltaTable, read_version: u64, keys: &[String])
                 _ => continue,
             };
             let name = file_name(path);
-            if let Some(k) = keys.iter().find(|k| name.starts_with(&prefix_of(k))) {
-                return Ok(Some((k.clone(), v)));
+            match scope {
+                Replace::All => return Ok(Some(("the whole table".to_string(), v))),
+                Replace::Keys(keys) => {
+                    if let Some(k) = keys.iter().find(|k| name.starts_with(&prefix_of(k))) {
+                        return Ok(Some((k.clone(), v)));
+                    }
+                }
             }
         }
     }
     Ok(None)
+}
+
+/// Which active files a commit replaces.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Replace<'a> {
+    /// The files of these keys.
+    Keys(&'a [String]),
+    /// Every file: the new files are the whole table.
+    All,
 }
 
 /// Replaces the files of `keys` by `files` (already in the table's store) in one commit;
@@ -74,11 +89,31 @@ pub(crate) async fn replace_keys(
     predicate: String,
     app_metadata: HashMap<String, Value>,
 ) -> Result<Option<i64>> {
+    replace(table, Replace::Keys(keys), files, predicate, app_metadata).await
+}
+
+/// Replaces what `scope` names by `files` in one commit (see [`replace_keys`]).
+pub(crate) async fn replace(
+    table: &mut DeltaTable,
+    scope: Replace<'_>,
+    files: Vec<StagedFile>,
+    predicate: String,
+    app_metadata: HashMap<String, Value>,
+) -> Result<Option<i64>> {
+    let keys: &[String] = match scope {
+        Replace::Keys(k) => k,
+        Replace::All => &[],
+    };
     let prefixes: Vec<String> = keys.iter().map(|k| prefix_of(k)).collect();
+    let replaced = |name: &str| match scope {
+        Replace::Keys(_) => prefixes.iter().any(|p| name.starts_with(p.as_str())),
+        Replace::All => true,
+    };
     let adds: Vec<Action> = files.into_iter().map(|f| Action::Add(f.into_add())).collect();
-    let what = || match keys {
-        [one] => format!("key {one}"),
-        many => format!("{} keys starting {:?}", many.len(), many.first()),
+    let what = || match scope {
+        Replace::All => "the whole table".to_string(),
+        Replace::Keys([one]) => format!("key {one}"),
+        Replace::Keys(many) => format!("{} keys starting {:?}", many.len(), many.first()),
     };
     let mut attempt = 0u32;
     loop {
@@ -91,8 +126,7 @@ pub(crate) async fn replace_keys(
             .iter()
             .filter(|f| {
                 let path = f.path();
-                let name = file_name(&path);
-                prefixes.iter().any(|p| name.starts_with(p.as_str()))
+                replaced(file_name(&path))
             })
             .map(|f| Action::Remove(f.remove_action(true)))
             .collect();
@@ -119,7 +153,7 @@ pub(crate) async fn replace_keys(
             }
             Err(e) if lost_race(&e) && attempt < MAX_ATTEMPTS => {
                 table.load().await.context("re-reading the table after a lost commit race")?;
-                if let Some((key, v)) = conflicting_key(table, read_version, keys).await? {
+                if let Some((key, v)) = conflicting_key(table, read_version, scope).await? {
                     bail!(
                         "another writer replaced {key} at version {v} of this table while this run did: \
                          two runs must not write the same input (the later run's rows are not committed)"

@@ -319,6 +319,23 @@ impl Lake {
         Ok(v)
     }
 
+    /// Commits `files` as the whole content of `table`: every active file is removed and the
+    /// new ones added, in one transaction (an overwrite whose rows were streamed to staged
+    /// files rather than held in memory). Returns the new version.
+    pub async fn replace_all(
+        &self,
+        table: &mut DeltaTable,
+        mut files: Vec<StagedFile>,
+        app_metadata: HashMap<String, Value>,
+    ) -> Result<Option<i64>> {
+        let name = table_name_of(table);
+        self.upload(&name, &mut files).await?;
+        failpoint(&format!("commit.before:{name}"));
+        let v = commit::replace(table, commit::Replace::All, files, "overwrite".into(), app_metadata).await?;
+        failpoint(&format!("commit.after:{name}"));
+        Ok(v)
+    }
+
     /// Delta MERGE of `source` into table `name` (created with `schema` if missing) on the
     /// `keys` columns: matched rows are updated (only by newer rows when `newer_by` names a
     /// column), the others inserted. Returns the new table version.
@@ -459,18 +476,18 @@ impl Lake {
 }
 
 impl Lake {
-    /// Appends the rows of `batch` whose `key` (a string column) table `name` does not hold
-    /// yet, each key once, in a commit made over the version that check read: when another
-    /// writer (a worker of another shard) commits first, the check runs again over the new
-    /// version, so a key is never written twice however many writers race. For tables keyed
-    /// by content (`file_blobs`, `blob_embeddings`), where workers of different repositories
-    /// meet the same blobs. `scope` narrows what counts as held (e.g. `model = '…'`). Returns
-    /// the rows written.
+    /// Appends the rows of `batch` whose key (the values of the `key` columns) table `name`
+    /// does not hold yet, each key once, in a commit made over the version that check read:
+    /// when another writer (a worker of another shard) commits first, the check runs again
+    /// over the new version, so a key is never written twice however many writers race. For
+    /// tables keyed by content (`file_blobs` by blob, `blob_embeddings` by blob and chunk),
+    /// where workers of different repositories meet the same blobs. `scope` narrows what
+    /// counts as held (e.g. `model = '…'`). Returns the rows written.
     pub async fn insert_absent(
         &self,
         name: &str,
         batch: &RecordBatch,
-        key: &str,
+        key: &[&str],
         scope: Option<&str>,
         long_text: &[&str],
     ) -> Result<usize> {
@@ -478,22 +495,39 @@ impl Lake {
         if batch.num_rows() == 0 {
             return Ok(0);
         }
-        let keys_col = arrow::compute::cast(
-            batch.column_by_name(key).with_context(|| format!("no column `{key}`"))?,
-            &arrow::datatypes::DataType::Utf8,
-        )?;
-        let keys = keys_col.as_string::<i32>();
-        let wanted: std::collections::BTreeSet<&str> =
-            (0..keys.len()).filter(|&i| keys.is_valid(i)).map(|i| keys.value(i)).collect();
+        if key.is_empty() {
+            bail!("inserting into `{name}`: no key columns");
+        }
+        let cols = key
+            .iter()
+            .map(|k| {
+                let c = batch.column_by_name(k).with_context(|| format!("no column `{k}`"))?;
+                Ok(arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8)?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // One string per row: the key's values joined by a separator no value holds.
+        let keys: Vec<Option<String>> = (0..batch.num_rows())
+            .map(|i| {
+                let parts: Option<Vec<&str>> = cols
+                    .iter()
+                    .map(|c| {
+                        let c = c.as_string::<i32>();
+                        c.is_valid(i).then(|| c.value(i))
+                    })
+                    .collect();
+                parts.map(|p| p.join(KEY_SEPARATOR))
+            })
+            .collect();
+        let wanted: std::collections::BTreeSet<&str> = keys.iter().flatten().map(String::as_str).collect();
         let mut table = self.ensure_contract_table(name).await?;
         let mut attempt = 0u32;
         loop {
             attempt += 1;
             table.load().await?;
             let held = self.held_keys(&table, name, key, scope, &wanted).await?;
-            // Rows of absent keys; a key's rows are kept together (all chunks of a blob).
+            // Rows of absent keys; a key's rows are kept together.
             let keep: BooleanArray =
-                (0..keys.len()).map(|i| Some(keys.is_valid(i) && !held.contains(keys.value(i)))).collect();
+                keys.iter().map(|k| Some(k.as_ref().is_some_and(|k| !held.contains(k.as_str())))).collect();
             let rows = arrow::compute::filter_record_batch(batch, &keep)?;
             if rows.num_rows() == 0 {
                 return Ok(0);
@@ -531,12 +565,13 @@ impl Lake {
         }
     }
 
-    /// Which of `wanted` the version of `table` holds in column `key`.
+    /// Which of `wanted` (keys joined by [`KEY_SEPARATOR`]) the version of `table` holds in
+    /// the `key` columns.
     async fn held_keys(
         &self,
         table: &DeltaTable,
         name: &str,
-        key: &str,
+        key: &[&str],
         scope: Option<&str>,
         wanted: &std::collections::BTreeSet<&str>,
     ) -> Result<HashSet<String>> {
@@ -548,16 +583,25 @@ impl Lake {
         ctx.register_table(name, table.table_provider().await?)?;
         let mut held = HashSet::new();
         let list: Vec<&str> = wanted.iter().copied().collect();
+        let joined = if key.len() == 1 {
+            format!("CAST({} AS VARCHAR)", key[0])
+        } else {
+            let parts: Vec<String> = key.iter().map(|k| format!("CAST({k} AS VARCHAR)")).collect();
+            format!("concat_ws(chr({}), {})", KEY_SEPARATOR.chars().next().map_or(31, u32::from), parts.join(", "))
+        };
         // In slices: an IN list of tens of thousands of literals plans slowly.
         for part in list.chunks(2000) {
             let values = part.iter().map(|k| format!("'{}'", k.replace('\'', "''"))).collect::<Vec<_>>().join(", ");
             let extra = scope.map(|s| format!(" AND ({s})")).unwrap_or_default();
-            let sql = format!("SELECT DISTINCT CAST({key} AS VARCHAR) FROM {name} WHERE {key} IN ({values}){extra}");
+            let sql = format!("SELECT DISTINCT {joined} FROM {name} WHERE {joined} IN ({values}){extra}");
             held.extend(crate::query::rows::<String>(&ctx, &sql).await?);
         }
         Ok(held)
     }
 }
+
+/// Joins the values of a multi-column key (a character no blob id or number holds).
+const KEY_SEPARATOR: &str = "\u{1f}";
 
 /// A named point where a test can make the process die, as a crash would: `SWELAKE_FAILPOINT`
 /// = `NAME` (or `NAME#N`, at the N-th time it is reached) aborts the process there, with no

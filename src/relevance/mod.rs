@@ -50,6 +50,9 @@ pub struct RelevanceConfig {
     pub max_candidate_bytes: usize,
     pub chunk_chars: usize,
     pub max_chunks: usize,
+    /// Chunks of a re-ranked file the encoder reads: those closest to the query by BM25
+    /// (0: every chunk).
+    pub embed_chunks: usize,
     /// Candidates of the cheap first stage that the encoder re-ranks.
     pub rerank: usize,
     /// Learn the weights from the repository's earlier PRs (else the config's weights).
@@ -81,17 +84,18 @@ pub struct RelevanceOptions {
     pub shard: Option<crate::git::Shard>,
 }
 
-/// Embeddings of file chunks by blob, loaded from and saved to `blob_embeddings`.
+/// Embeddings of file chunks by blob and chunk index, loaded from and saved to
+/// `blob_embeddings`: a chunk read for one PR is not embedded again for another.
 #[derive(Default)]
 pub struct EmbeddingCache {
-    by_blob: HashMap<String, Arc<Vec<Vec<f32>>>>,
-    new: Vec<(String, Arc<Vec<Vec<f32>>>)>,
+    by_blob: HashMap<String, BTreeMap<u32, Arc<Vec<f32>>>>,
+    new: Vec<(String, u32, Arc<Vec<f32>>)>,
     /// Texts embedded in this process, for throughput figures.
     pub embedded_texts: usize,
     pub embed_seconds: f64,
-    /// Blobs asked for that were already embedded (in this process or an earlier run).
-    pub blob_hits: usize,
-    pub blob_misses: usize,
+    /// Chunks asked for that were already embedded (in this process or an earlier run).
+    pub chunk_hits: usize,
+    pub chunk_misses: usize,
     /// Batch texts of similar length together (off: in file order, as before re-ranking).
     pub batch_by_length: bool,
     /// Keep the texts embedded (for benchmarks).
@@ -126,6 +130,25 @@ pub fn chunks(path: &str, content: &str, chars: usize, max: usize) -> Vec<String
     out
 }
 
+/// The chunks of a file the encoder reads for `query`, with their indexes: all of them when
+/// `keep` is 0 or covers them, else the `keep` that BM25 (over the file's own chunks) finds
+/// closest to the query, the earlier chunk first on a tie (so a file that shares nothing
+/// with the query shows its head).
+pub fn selected_chunks(path: &str, content: &str, query: &str, cfg: &RelevanceConfig) -> Vec<(u32, String)> {
+    let all = chunks(path, content, cfg.chunk_chars, cfg.max_chunks);
+    let keep = cfg.embed_chunks;
+    if keep == 0 || all.len() <= keep {
+        return all.into_iter().enumerate().map(|(i, t)| (i as u32, t)).collect();
+    }
+    let scores = bm25::Bm25::new(all.iter().map(String::as_str)).scores(query);
+    let mut order: Vec<usize> = (0..all.len()).collect();
+    order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+    order.truncate(keep);
+    order.sort_unstable();
+    let mut all: Vec<Option<String>> = all.into_iter().map(Some).collect();
+    order.into_iter().map(|i| (i as u32, all[i].take().unwrap_or_default())).collect()
+}
+
 impl EmbeddingCache {
     pub async fn load(lake: &Lake, model: &str) -> Result<EmbeddingCache> {
         let mut c = EmbeddingCache { batch_by_length: true, ..Default::default() };
@@ -134,83 +157,97 @@ impl EmbeddingCache {
         }
         let ctx = lake.session().await?;
         let q = format!(
-            "SELECT blob_sha, vector FROM {BLOB_EMBEDDINGS} WHERE model = '{}' ORDER BY blob_sha, chunk",
+            "SELECT blob_sha, chunk, vector FROM {BLOB_EMBEDDINGS} WHERE model = '{}'",
             model.replace('\'', "''")
         );
-        let mut grouped: BTreeMap<String, Vec<Vec<f32>>> = BTreeMap::new();
-        for (sha, vector) in crate::query::rows::<(String, Vec<f32>)>(&ctx, &q).await? {
-            grouped.entry(sha).or_default().push(vector);
+        for (sha, chunk, vector) in crate::query::rows::<(String, i64, Vec<f32>)>(&ctx, &q).await? {
+            c.by_blob.entry(sha).or_default().insert(chunk as u32, Arc::new(vector));
         }
-        c.by_blob = grouped.into_iter().map(|(k, v)| (k, Arc::new(v))).collect();
         Ok(c)
     }
 
-    /// Makes sure every candidate's chunks are embedded, caching by blob. Texts are batched
-    /// by length: a batch is padded to its longest text, and file chunks vary tenfold.
-    pub fn ensure<'c>(
+    /// The best chunk similarity of each of `candidates` to the query (text `query`, vector
+    /// `query_vector`), over the chunks [`selected_chunks`] picks for it; chunks not embedded
+    /// yet are embedded, batched by length (a batch is padded to its longest text, and file
+    /// chunks vary tenfold).
+    pub fn similarities(
         &mut self,
         enc: &Encoder,
-        candidates: impl IntoIterator<Item = &'c Candidate>,
+        candidates: &[&Candidate],
+        query: &str,
+        query_vector: &[f32],
         cfg: &RelevanceConfig,
-    ) -> Result<()> {
-        let mut todo: Vec<(&'c Candidate, usize)> = Vec::new();
-        let mut texts: Vec<(usize, String)> = Vec::new();
-        let mut seen = HashSet::new();
+    ) -> Result<Vec<f32>> {
+        let mut wanted: Vec<Vec<u32>> = Vec::with_capacity(candidates.len());
+        let mut todo: Vec<(String, u32, String)> = Vec::new();
+        let mut queued: HashSet<(&str, u32)> = HashSet::new();
         for c in candidates {
-            if self.by_blob.contains_key(&c.blob) {
-                self.blob_hits += 1;
-            } else if seen.insert(c.blob.clone()) {
-                self.blob_misses += 1;
-                let ch = chunks(&c.path, &c.content, cfg.chunk_chars, cfg.max_chunks);
-                todo.push((c, ch.len()));
-                texts.extend(ch.into_iter().map(|t| (todo.len() - 1, t)));
+            let picked = selected_chunks(&c.path, &c.content, query, cfg);
+            let have = self.by_blob.get(&c.blob);
+            let mut idx = Vec::with_capacity(picked.len());
+            for (i, text) in picked {
+                if have.is_some_and(|h| h.contains_key(&i)) || queued.contains(&(c.blob.as_str(), i)) {
+                    self.chunk_hits += 1;
+                } else {
+                    self.chunk_misses += 1;
+                    queued.insert((c.blob.as_str(), i));
+                    todo.push((c.blob.clone(), i, text));
+                }
+                idx.push(i);
             }
+            wanted.push(idx);
         }
-        if texts.is_empty() {
+        self.embed(enc, todo)?;
+        Ok(candidates
+            .iter()
+            .zip(wanted)
+            .map(|(c, idx)| {
+                let have = self.by_blob.get(&c.blob);
+                idx.iter()
+                    .filter_map(|i| have.and_then(|h| h.get(i)))
+                    .map(|v| encoder::cosine(v, query_vector))
+                    .fold(0.0f32, f32::max)
+            })
+            .collect())
+    }
+
+    fn embed(&mut self, enc: &Encoder, todo: Vec<(String, u32, String)>) -> Result<()> {
+        if todo.is_empty() {
             return Ok(());
         }
         let t = Instant::now();
-        let mut order: Vec<usize> = (0..texts.len()).collect();
+        let mut order: Vec<usize> = (0..todo.len()).collect();
         if self.batch_by_length {
-            order.sort_by_key(|&i| texts[i].1.len());
+            order.sort_by_key(|&i| todo[i].2.len());
         }
         if self.keep_texts {
-            self.texts.extend(texts.iter().map(|t| t.1.clone()));
+            self.texts.extend(todo.iter().map(|t| t.2.clone()));
         }
-        let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); texts.len()];
+        let mut vectors: Vec<Vec<f32>> = vec![Vec::new(); todo.len()];
         for batch in order.chunks(BATCH) {
-            let refs: Vec<&str> = batch.iter().map(|&i| texts[i].1.as_str()).collect();
+            let refs: Vec<&str> = batch.iter().map(|&i| todo[i].2.as_str()).collect();
             for (&i, v) in batch.iter().zip(enc.embed(&refs)?) {
                 vectors[i] = v;
             }
         }
         self.embed_seconds += t.elapsed().as_secs_f64();
-        self.embedded_texts += texts.len();
-        let mut per: Vec<Vec<Vec<f32>>> = todo.iter().map(|(_, n)| Vec::with_capacity(*n)).collect();
-        for ((owner, _), v) in texts.iter().zip(vectors) {
-            per[*owner].push(v);
-        }
-        for ((c, _), v) in todo.into_iter().zip(per) {
+        self.embedded_texts += todo.len();
+        for ((blob, chunk, _), v) in todo.into_iter().zip(vectors) {
             let v = Arc::new(v);
-            self.by_blob.insert(c.blob.clone(), v.clone());
-            self.new.push((c.blob.clone(), v));
+            self.by_blob.entry(blob.clone()).or_default().insert(chunk, v.clone());
+            self.new.push((blob, chunk, v));
         }
         Ok(())
     }
 
-    /// Share of blob lookups answered from the cache.
+    /// Share of chunk lookups answered from the cache.
     pub fn hit_rate(&self) -> f64 {
-        let all = self.blob_hits + self.blob_misses;
+        let all = self.chunk_hits + self.chunk_misses;
         if all == 0 {
             0.0
         } else {
-            self.blob_hits as f64 / all as f64
+            self.chunk_hits as f64 / all as f64
         }
-    }
-
-    /// Best chunk similarity of one candidate to `query` (0 when not embedded).
-    pub fn similarity(&self, c: &Candidate, query: &[f32]) -> f32 {
-        self.by_blob.get(&c.blob).map_or(0.0, |v| v.iter().map(|x| encoder::cosine(x, query)).fold(f32::MIN, f32::max))
     }
 
     fn take_new_batch(&mut self, model: &str) -> Result<Option<RecordBatch>> {
@@ -220,13 +257,11 @@ impl EmbeddingCache {
         let mut sha = Vec::new();
         let mut chunk = Vec::new();
         let mut list = ListBuilder::new(Float32Builder::new());
-        for (blob, vecs) in self.new.drain(..) {
-            for (i, v) in vecs.iter().enumerate() {
-                sha.push(blob.clone());
-                chunk.push(i as i64);
-                list.values().append_slice(v);
-                list.append(true);
-            }
+        for (blob, i, v) in self.new.drain(..) {
+            sha.push(blob);
+            chunk.push(i64::from(i));
+            list.values().append_slice(&v);
+            list.append(true);
         }
         let n = sha.len();
         Ok(Some(RecordBatch::try_new(
@@ -363,11 +398,12 @@ pub fn rank_change(
         return Ok(Ranked { order, x, reranked: Vec::new() });
     };
     let top: Vec<usize> = first.iter().copied().take(pipeline.rerank).collect();
-    em.cache.ensure(em.encoder, top.iter().map(|&i| &candidates[i]), em.config)?;
-    let qv = em.encoder.embed(&[&query_text(change, use_paths)])?.remove(0);
+    let query = query_text(change, use_paths);
+    let qv = em.encoder.embed(&[&query])?.remove(0);
+    let top_cands: Vec<&Candidate> = top.iter().map(|&i| &candidates[i]).collect();
+    let sims = em.cache.similarities(em.encoder, &top_cands, &query, &qv, em.config)?;
     let mut max = 0.0f64;
-    for &i in &top {
-        let sim = em.cache.similarity(&candidates[i], &qv);
+    for (&i, sim) in top.iter().zip(sims) {
         candidates[i].embedding_similarity = sim;
         // Similarities of unrelated text sit around 0.1-0.3 for this model: spread the top.
         x[i][EMBEDDING] = f64::from(sim - 0.15).max(0.0);
@@ -658,7 +694,7 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     if let Some(b) = cache.take_new_batch(encoder::MODEL_NAME)? {
         // Insert-if-absent: a worker of another shard may have embedded the same blobs.
         let scope = format!("model = '{}'", encoder::MODEL_NAME.replace('\'', "''"));
-        lake.insert_absent(BLOB_EMBEDDINGS, &b, "blob_sha", Some(&scope), &[]).await?;
+        lake.insert_absent(BLOB_EMBEDDINGS, &b, &["blob_sha", "chunk"], Some(&scope), &[]).await?;
     }
     blobs::insert_absent(lake, blobs).await?;
     if !rows.is_empty() {
@@ -863,9 +899,10 @@ pub async fn bench_sides(
     }
     let ctx = RepoContext::new(repo, repo_name, w);
     let mut out = Vec::new();
-    for (name, rerank, by_length) in [
-        ("before: encoder on every candidate", usize::MAX, false),
-        ("now: cheap stage, encoder on the top", cfg.rerank, true),
+    let every_chunk = RelevanceConfig { embed_chunks: 0, ..cfg.clone() };
+    for (name, rerank, by_length, cfg) in [
+        ("before: encoder on every candidate", usize::MAX, false, &every_chunk),
+        ("now: cheap stage, encoder on the top", cfg.rerank, true, cfg),
     ] {
         let pipeline = Pipeline { rerank, ..Pipeline::from_config(cfg) };
         let mut cache = EmbeddingCache { batch_by_length: by_length, keep_texts: true, ..Default::default() };

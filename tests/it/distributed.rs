@@ -170,6 +170,7 @@ async fn sql_jobs_on_a_ballista_cluster_equal_the_local_engine() {
         first_hour: "2025-03-01-22".into(),
         hours: 4,
         copies: 2,
+        hours_before: 0,
     };
     let files = swelake::samples::generate_hours(&o, &hours).unwrap();
     assert_eq!(files.len(), 4);
