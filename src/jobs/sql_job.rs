@@ -272,7 +272,11 @@ async fn run_held(
             }
             Partitioning::Whole => bail!("write mode replace_partitions needs a partition_key column"),
         },
-        WriteMode::Upsert => upsert(lake, output, result, &target, write).await?,
+        WriteMode::Upsert => {
+            // The new rows' files are named after the first partition this run processed.
+            let file_key = summary.partitions.first().map_or("__also_due", String::as_str).to_string();
+            upsert(lake, output, result, &target, write, &file_key).await?
+        }
         WriteMode::ReplaceKeys => replace_keys(lake, ctx, output, result, &target, write).await?,
         WriteMode::Overwrite => overwrite(lake, output, result, &target).await?,
     };
@@ -436,22 +440,24 @@ async fn write_partitions(
     Ok((rows, version))
 }
 
-/// Delta MERGE of the result into the output on the key columns.
+/// Upserts the result into the output on the key columns, rewriting only the files that hold
+/// replaced keys (see `lake::upsert`): a Delta MERGE would rewrite the whole table each day.
 async fn upsert(
     lake: &Lake,
     output: &str,
     result: DataFrame,
     target: &Target,
     write: &WriteSpec,
+    file_key: &str,
 ) -> Result<(u64, Option<i64>)> {
     let batches: Vec<RecordBatch> = result.collect().await?.iter().map(|b| target.conform(b)).collect::<Result<_>>()?;
     let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
     if rows == 0 {
         return Ok((0, None));
     }
-    // The merge runs here, whatever engine computed the rows: the output is a Delta table.
-    let source = SessionContext::new().read_batches(batches)?;
-    let version = lake.upsert(output, source, &target.schema, &write.keys, write.newer_by.as_deref()).await?;
+    // The upsert runs here, whatever engine computed the rows: the output is a Delta table.
+    let version =
+        lake.upsert_rows(output, &target.schema, &batches, &write.keys, write.newer_by.as_deref(), file_key).await?;
     Ok((rows, version))
 }
 

@@ -208,3 +208,42 @@ pub(crate) const MAX_COMMIT_ATTEMPTS: u32 = MAX_ATTEMPTS;
 pub(crate) fn is_conflict(e: &DeltaTableError) -> bool {
     lost_race(e) || matches!(e, DeltaTableError::Transaction { source: TransactionError::CommitConflict(_) })
 }
+
+/// Removes the files `removed` (table-relative paths) and adds `files`, in a commit made over
+/// exactly the version `table` holds: `Ok(None)` when another writer committed first (nothing
+/// of this commit landed; the caller re-reads and decides again), else the new version. For
+/// rewrites that are only right over what their writer read (an upsert by key).
+pub(crate) async fn replace_files_over_read_version(
+    table: &DeltaTable,
+    removed: &[String],
+    files: Vec<StagedFile>,
+    predicate: String,
+) -> Result<Option<i64>> {
+    let snapshot = table.snapshot()?;
+    let partition_by = snapshot.metadata().partition_columns().to_vec();
+    let wanted: std::collections::HashSet<&str> = removed.iter().map(String::as_str).collect();
+    let mut actions: Vec<Action> = snapshot
+        .log_data()
+        .iter()
+        .filter(|f| wanted.contains(f.path().as_ref()))
+        .map(|f| Action::Remove(f.remove_action(true)))
+        .collect();
+    if actions.len() != removed.len() {
+        bail!("{} of the files to replace are no longer in the table", removed.len() - actions.len());
+    }
+    actions.extend(files.into_iter().map(|f| Action::Add(f.into_add())));
+    if actions.is_empty() {
+        return Ok(None);
+    }
+    let op = DeltaOperation::Write {
+        mode: SaveMode::Overwrite,
+        partition_by: (!partition_by.is_empty()).then_some(partition_by),
+        predicate: Some(predicate),
+    };
+    let props = CommitProperties::default().with_max_retries(0);
+    match CommitBuilder::from(props).with_actions(actions).build(Some(snapshot), table.log_store(), op).await {
+        Ok(commit) => Ok(Some(commit.version as i64)),
+        Err(e) if lost_race(&e) => Ok(None),
+        Err(e) => Err(anyhow::Error::new(e)).context("committing an upsert"),
+    }
+}

@@ -26,6 +26,7 @@ pub mod lease;
 pub mod maintain;
 pub mod runs;
 pub mod store;
+mod upsert;
 pub mod writer;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
