@@ -60,6 +60,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("pr_quality", include_str!("../schemas/pr_quality.toml")),
     ("pr_relevant_files", include_str!("../schemas/pr_relevant_files.toml")),
     ("blob_embeddings", include_str!("../schemas/blob_embeddings.toml")),
+    ("relevance_models", include_str!("../schemas/relevance_models.toml")),
     ("rl_seed", include_str!("../schemas/rl_seed.toml")),
     ("seed_rejections", include_str!("../schemas/seed_rejections.toml")),
 ];

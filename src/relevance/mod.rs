@@ -32,8 +32,9 @@ use rank::{Candidate, Earlier, FactsCache, Model, Query, Ranker, EMBEDDING, FEAT
 
 pub const PR_RELEVANT_FILES: &str = "pr_relevant_files";
 pub const BLOB_EMBEDDINGS: &str = "blob_embeddings";
+pub const RELEVANCE_MODELS: &str = "relevance_models";
 /// The tables the stage writes (and the blob store, for the contents of the files it ranks).
-pub const OUTPUTS: [&str; 3] = [PR_RELEVANT_FILES, BLOB_EMBEDDINGS, blobs::FILE_BLOBS];
+pub const OUTPUTS: [&str; 4] = [PR_RELEVANT_FILES, BLOB_EMBEDDINGS, blobs::FILE_BLOBS, RELEVANCE_MODELS];
 /// Its unit of work: a PR.
 pub const PARTITION_KEY: &str = "pr";
 
@@ -55,6 +56,8 @@ pub struct RelevanceConfig {
     pub embed_chunks: usize,
     /// Candidates of the cheap first stage that the encoder re-ranks.
     pub rerank: usize,
+    /// Re-rank with the MiniLM encoder (false: the first stage alone; no model is fetched).
+    pub encoder: bool,
     /// Learn the weights from the repository's earlier PRs (else the config's weights).
     pub learn: bool,
     /// Leave-one-out cases (the most recent) to learn from.
@@ -510,6 +513,8 @@ impl Learner {
 /// What a run did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RelevanceSummary {
+    /// Repositories ranked with the weights stored by an earlier run (no fit this run).
+    pub fits_reused: usize,
     pub prs: usize,
     pub prs_already_done: usize,
     pub rows: usize,
@@ -619,7 +624,7 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
         return Ok(summary);
     }
     let cfg = opts.config.clone();
-    let enc = if cfg.ranker == Ranker::Hybrid {
+    let enc = if cfg.ranker == Ranker::Hybrid && cfg.encoder {
         match Encoder::load(opts.threads) {
             Ok(e) => Some(e),
             Err(e) => {
@@ -635,6 +640,9 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     };
     let mut cache = EmbeddingCache::load(lake, encoder::MODEL_NAME).await?;
     let mut facts = FactsCache::default();
+    let fingerprint = fit_fingerprint(&cfg, enc.as_ref().map(|e| e.name));
+    let stored = if cfg.ranker == Ranker::Hybrid && cfg.learn { stored_fits(lake).await? } else { HashMap::new() };
+    let mut new_fits: Vec<(String, StoredFit)> = Vec::new();
     let mut rows: Vec<RelevantFile> = Vec::new();
     let mut blobs: Vec<BlobRow> = Vec::new();
     let mut redo: Vec<(String, i64)> = Vec::new();
@@ -651,11 +659,34 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
         if cfg.ranker == Ranker::Hybrid && cfg.learn {
             let t = Instant::now();
             let changes = changes_from_lake(lake, &repo_name).await?;
-            let mut em = enc.as_ref().map(|e| Embedder { encoder: e, cache: &mut cache, config: &cfg });
-            let (p, cases) = fit_on_history(&repo, &changes, pipeline, &cfg, &mut facts, em.as_mut())?;
-            pipeline = p;
-            summary.training_cases += cases;
-            summary.fit_seconds += t.elapsed().as_secs_f64();
+            // The last fit serves until the history has grown by a quarter: an hourly run with
+            // a few new PRs (or a --force re-rank) does not pay for a fit (minutes with the
+            // encoder) each time. Another config, feature set or encoder fits again.
+            let reusable = stored
+                .get(&repo_name)
+                .filter(|f| f.fingerprint == fingerprint && changes.len() * 4 < f.history_changes * 5);
+            if let Some(f) = reusable {
+                pipeline.cheap = f.cheap.clone();
+                pipeline.full = f.full.clone();
+                summary.fits_reused += 1;
+            } else {
+                let mut em = enc.as_ref().map(|e| Embedder { encoder: e, cache: &mut cache, config: &cfg });
+                let (p, cases) = fit_on_history(&repo, &changes, pipeline, &cfg, &mut facts, em.as_mut())?;
+                pipeline = p;
+                summary.training_cases += cases;
+                summary.fit_seconds += t.elapsed().as_secs_f64();
+                if cases >= cfg.min_train_cases {
+                    new_fits.push((
+                        repo_name.clone(),
+                        StoredFit {
+                            fingerprint: fingerprint.clone(),
+                            history_changes: changes.len(),
+                            cheap: pipeline.cheap.clone(),
+                            full: pipeline.full.clone(),
+                        },
+                    ));
+                }
+            }
         }
         let t = Instant::now();
         let ranked = rank_work(&ctx, &pipeline, &cfg, enc.as_ref(), &mut cache, &mut facts, &mut summary)?;
@@ -697,12 +728,111 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
         lake.insert_absent(BLOB_EMBEDDINGS, &b, &["blob_sha", "chunk"], Some(&scope), &[]).await?;
     }
     blobs::insert_absent(lake, blobs).await?;
+    store_fits(lake, new_fits).await?;
     if !rows.is_empty() {
         let batch = relevant_files_batch(&rows)?;
         let t = lake.ensure_contract_table(PR_RELEVANT_FILES).await?;
         lake.append(t, vec![batch]).await?;
     }
     Ok(summary)
+}
+
+/// Weights the job fitted for one repository, as `relevance_models` keeps them.
+struct StoredFit {
+    fingerprint: String,
+    history_changes: usize,
+    cheap: Model,
+    full: Model,
+}
+
+/// What a fit depends on, hashed: the `[relevance]` section (but `top_k`, which only cuts the
+/// ranking), the features and the encoder.
+fn fit_fingerprint(cfg: &RelevanceConfig, encoder: Option<&str>) -> String {
+    let cfg = RelevanceConfig { top_k: 0, ..cfg.clone() };
+    let text = format!(
+        "{}|{}|{}",
+        serde_json::to_string(&cfg).unwrap_or_default(),
+        FEATURES.join(","),
+        encoder.unwrap_or("no encoder")
+    );
+    format!("{:016x}", crate::hash::fnv1a(text.bytes(), crate::hash::OFFSET))
+}
+
+/// The stored fits by repository (those whose features are this version's).
+async fn stored_fits(lake: &Lake) -> Result<HashMap<String, StoredFit>> {
+    if !lake.has_table(RELEVANCE_MODELS).await? {
+        return Ok(HashMap::new());
+    }
+    type Row = (String, String, i64, i64, i64, Vec<String>, Vec<f64>, Vec<f64>);
+    let ctx = lake.session().await?;
+    let rows: Vec<Row> = crate::query::rows(
+        &ctx,
+        &format!(
+            "SELECT repo_name, fingerprint, history_changes, training_cases, second_stage_cases, features, \
+             first_stage, second_stage FROM {RELEVANCE_MODELS}"
+        ),
+    )
+    .await?;
+    let model = |w: &[f64], cases: i64| -> Option<Model> {
+        Some(Model { weights: w.try_into().ok()?, fitted_on: cases.max(0) as usize })
+    };
+    Ok(rows
+        .into_iter()
+        .filter(|r| r.5.iter().map(String::as_str).eq(FEATURES))
+        .filter_map(|(repo, fingerprint, history, cases, full_cases, _, cheap, full)| {
+            let fit = StoredFit {
+                fingerprint,
+                history_changes: history.max(0) as usize,
+                cheap: model(&cheap, cases)?,
+                full: model(&full, full_cases)?,
+            };
+            Some((repo, fit))
+        })
+        .collect())
+}
+
+/// Upserts the new fits into `relevance_models`.
+async fn store_fits(lake: &Lake, fits: Vec<(String, StoredFit)>) -> Result<()> {
+    use arrow::array::{Float64Builder, StringBuilder, TimestampMicrosecondArray};
+    if fits.is_empty() {
+        return Ok(());
+    }
+    let schema = crate::schema::arrow(RELEVANCE_MODELS)?;
+    let n = fits.len();
+    let mut features = ListBuilder::new(StringBuilder::new());
+    let mut cheap = ListBuilder::new(Float64Builder::new());
+    let mut full = ListBuilder::new(Float64Builder::new());
+    for (_, f) in &fits {
+        for name in FEATURES {
+            features.values().append_value(name);
+        }
+        features.append(true);
+        cheap.values().append_slice(&f.cheap.weights);
+        cheap.append(true);
+        full.values().append_slice(&f.full.weights);
+        full.append(true);
+    }
+    let now = chrono::Utc::now().timestamp_micros();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(StringArray::from_iter_values(fits.iter().map(|(r, _)| r.as_str()))),
+        Arc::new(StringArray::from_iter_values(fits.iter().map(|(_, f)| f.fingerprint.as_str()))),
+        Arc::new(Int64Array::from_iter_values(fits.iter().map(|(_, f)| f.history_changes as i64))),
+        Arc::new(Int64Array::from_iter_values(fits.iter().map(|(_, f)| f.cheap.fitted_on as i64))),
+        Arc::new(Int64Array::from_iter_values(fits.iter().map(|(_, f)| f.full.fitted_on as i64))),
+        Arc::new(features.finish()),
+        Arc::new(cheap.finish()),
+        Arc::new(full.finish()),
+        Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC")),
+    ];
+    // The builders' lists are nullable; the contract's fields may not be: take its types.
+    let columns = columns
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| Ok(arrow::compute::cast(c, f.data_type())?))
+        .collect::<Result<Vec<_>>>()?;
+    let batch = RecordBatch::try_new(schema.clone(), columns)?;
+    lake.upsert_rows(RELEVANCE_MODELS, &schema, &[batch], &["repo_name".to_string()], None, "fits").await?;
+    Ok(())
 }
 
 /// A repository's PRs to rank, with their changed files and the repository's history in

@@ -252,4 +252,32 @@ async fn seed_instances_of_a_real_history_show_every_hunk_and_their_oracles_scor
     assert_eq!(fitted.cheap.fitted_on, cases);
     assert_ne!(fitted.cheap.weights, base.cheap.weights);
     assert!(fitted.describe(Some("enc")).contains(&format!("first stage learned on {cases} cases: bm25=")));
+
+    // The relevance job stores its fit in relevance_models; a later run (here a --force
+    // re-rank) ranks with it instead of fitting again.
+    cfg.encoder = false;
+    let ro = swelake::relevance::RelevanceOptions {
+        mirrors: opts.git.as_ref().unwrap().mirrors.clone(),
+        config: cfg,
+        force: true,
+        threads: 2,
+        show_progress: false,
+        shard: None,
+    };
+    let first = swelake::relevance::run(&lake, &ro).await.unwrap();
+    assert_eq!((first.fits_reused, first.training_cases), (0, cases), "{first:?}");
+    let ctx = lake.session().await.unwrap();
+    let stored: Vec<(String, i64, i64)> =
+        swelake::query::rows(&ctx, "SELECT repo_name, history_changes, training_cases FROM relevance_models")
+            .await
+            .unwrap();
+    assert_eq!(stored, vec![(name.to_string(), changes.len() as i64, cases as i64)]);
+    let second = swelake::relevance::run(&lake, &ro).await.unwrap();
+    assert_eq!((second.fits_reused, second.training_cases), (1, 0), "{second:?}");
+    assert_eq!(second.prs, first.prs);
+    let ctx = lake.session().await.unwrap();
+    let models: Vec<(String, i64)> =
+        swelake::query::rows(&ctx, "SELECT DISTINCT model, 1 FROM pr_relevant_files").await.unwrap();
+    assert_eq!(models.len(), 1, "{models:?}");
+    assert!(models[0].0.contains(&format!("[learned on {cases} cases: bm25=")), "{models:?}");
 }
