@@ -9,7 +9,7 @@
 //! | [`prs`] (SQL jobs `sql/pr_*.sql`, `sql/issues.sql`) | `events` | `pr_timeline`, `pull_requests`, `issues`, `pr_issue_links` |
 //! | [`snapshots`] | `pull_requests`, git mirrors | `pr_files`, `file_blobs`, `pr_commits`, `pr_snapshots`, `snapshot_errors` |
 //! | [`filters`] (SQL job `sql/pr_quality.sql`) | `pull_requests`, `pr_files`, `pr_issue_links`, `issues`, `pr_snapshots` | `pr_quality` |
-//! | [`relevance`] | `pr_quality`, `pr_snapshots`, `pr_files`, `pull_requests`, `pr_issue_links`, `issues`, git mirrors | `pr_relevant_files`, `blob_embeddings`, `file_blobs` |
+//! | [`relevance`] | `pr_quality`, `pr_snapshots`, `pr_files`, `pull_requests`, `pr_issue_links`, `issues`, git mirrors | `pr_relevant_files`, `blob_embeddings`, `file_blobs`, `relevance_models` |
 //! | [`seed`] | `pr_quality`, `pull_requests`, `pr_snapshots`, `pr_files`, `file_blobs`, `pr_relevant_files`, `pr_issue_links`, `issues` | `rl_seed`, `seed_rejections`, `shards/seed/*.parquet` |
 //! | [`report`] | `pr_quality`, `rl_seed`, `pr_files`, `seed_rejections` | `card.md` and its charts |
 //! | [`reward`] (crate `swelake-reward`) | answers, rollout tables | scores |

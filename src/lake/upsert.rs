@@ -32,13 +32,12 @@ use super::{commit, failpoint, table_name_of, writer_properties, Codec, Lake, Ta
 /// Joins the values of a multi-column key (a character no repository name or number holds).
 const SEPARATOR: &str = "\u{1f}";
 
+/// Each row's key (None when a key column is NULL) and its `newer_by` value.
+type RowKeys = (Vec<Option<String>>, Vec<Option<i64>>);
+
 /// The key of every row of `batch` (NULL when a key column is NULL) and, with `newer_by`,
 /// that column as integers (a timestamp, date or number).
-fn keys_of(
-    batch: &RecordBatch,
-    keys: &[String],
-    newer_by: Option<&str>,
-) -> Result<(Vec<Option<String>>, Vec<Option<i64>>)> {
+fn keys_of(batch: &RecordBatch, keys: &[String], newer_by: Option<&str>) -> Result<RowKeys> {
     let cols = keys
         .iter()
         .map(|k| {
