@@ -640,3 +640,73 @@ fn example_deployments_are_valid() {
     let out = String::from_utf8_lossy(&o.stdout).to_string();
     assert_eq!(out.trim().lines().last(), Some("[('swelake_hourly', 3), ('swelake_maintenance', 1)]"), "{out}");
 }
+
+/// The data files of table `name`, by path.
+async fn table_files(lake: &Lake, name: &str) -> std::collections::BTreeSet<String> {
+    let t = lake.open_table(name).await.unwrap();
+    t.snapshot().unwrap().log_data().iter().map(|f| f.path().to_string()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn upserts_rewrite_only_the_files_holding_replaced_keys() {
+    use arrow::array::{Int64Array, RecordBatch, StringArray};
+    use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake::open(dir.path().to_str().unwrap()).unwrap();
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("repo_name", DataType::Utf8, false),
+        Field::new("pr_number", DataType::Int64, false),
+        Field::new("updated", DataType::Int64, true),
+        Field::new("title", DataType::Utf8, true),
+    ]));
+    let batch = |rows: &[(&str, i64, i64, &str)]| {
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1))),
+                Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.2))),
+                Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.3))),
+            ],
+        )
+        .unwrap()
+    };
+    let keys = vec!["repo_name".to_string(), "pr_number".to_string()];
+    let upsert = |rows: Vec<(&'static str, i64, i64, &'static str)>, day: &'static str| {
+        let (lake, schema, keys, b) = (&lake, &schema, &keys, batch(&rows));
+        async move { lake.upsert_rows("prs", schema, &[b], keys, Some("updated"), day).await.unwrap() }
+    };
+    upsert(vec![("a", 1, 10, "a1"), ("a", 2, 10, "a2")], "day1").await;
+    upsert(vec![("b", 1, 10, "b1"), ("b", 2, 10, "b2")], "day2").await;
+    let before = table_files(&lake, "prs").await;
+    assert_eq!(before.len(), 2, "{before:?}");
+
+    // a#1 newer: replaces the stored row; b#2 older: the stored row stays; c#1 is new.
+    let v = upsert(vec![("a", 1, 20, "a1 edited"), ("b", 2, 5, "b2 stale"), ("c", 1, 20, "c1")], "day3").await;
+    assert_eq!(v, Some(3));
+    let rows: Vec<(String, i64, String)> = swelake::query::rows(
+        &lake.session().await.unwrap(),
+        "SELECT repo_name, pr_number, title FROM prs ORDER BY repo_name, pr_number",
+    )
+    .await
+    .unwrap();
+    let want = [("a", 1, "a1 edited"), ("a", 2, "a2"), ("b", 1, "b1"), ("b", 2, "b2"), ("c", 1, "c1")];
+    assert_eq!(rows, want.iter().map(|(r, n, t)| (r.to_string(), *n, t.to_string())).collect::<Vec<_>>());
+    // Day 2's file (no replaced key) is untouched; day 1's is rewritten, keeping its key.
+    let after = table_files(&lake, "prs").await;
+    let day2: Vec<&String> = before.iter().filter(|p| p.starts_with("day2.")).collect();
+    assert!(after.contains(day2[0]), "{before:?} -> {after:?}");
+    assert!(!before.iter().any(|p| p.starts_with("day1.") && after.contains(p)), "{before:?} -> {after:?}");
+    assert_eq!(after.iter().filter(|p| p.starts_with("day1.")).count(), 1, "{after:?}");
+    assert_eq!(after.iter().filter(|p| p.starts_with("day3.")).count(), 1, "{after:?}");
+
+    // The same rows again change nothing but their own files; a key twice is an error.
+    upsert(vec![("a", 1, 20, "a1 edited"), ("c", 1, 20, "c1")], "day3").await;
+    assert_eq!(count(&lake, "SELECT count(*) FROM prs").await, 5);
+    let twice = lake
+        .upsert_rows("prs", &schema, &[batch(&[("a", 1, 30, "x"), ("a", 1, 31, "y")])], &keys, None, "day4")
+        .await
+        .unwrap_err();
+    assert!(format!("{twice:#}").contains("twice"), "{twice:#}");
+}
