@@ -378,13 +378,12 @@ impl Target {
     }
 }
 
-/// Replaces the whole output table with the result, streamed into staged files (a job over
-/// its inputs as a whole never holds its whole result).
-async fn overwrite(lake: &Lake, output: &str, result: DataFrame, target: &Target) -> Result<(u64, Option<i64>)> {
-    let schema = target.schema.clone();
-    let mut table = lake.ensure_table(output, &schema, &[]).await?;
-    let mut writer =
-        TableWriter::new(lake, output, "__all__", &schema, None, writer_properties(&[], &[], Codec::Zstd))?;
+/// Streams the result, in the target layout, into `writer`: the rows written and their files.
+async fn stream_into(
+    mut writer: TableWriter,
+    result: DataFrame,
+    target: &Target,
+) -> Result<(u64, Vec<crate::lake::StagedFile>)> {
     let mut stream = result.execute_stream().await?;
     let mut rows = 0u64;
     while let Some(batch) = stream.next().await {
@@ -392,7 +391,16 @@ async fn overwrite(lake: &Lake, output: &str, result: DataFrame, target: &Target
         rows += batch.num_rows() as u64;
         writer.write(&batch)?;
     }
-    let files = writer.finish()?;
+    Ok((rows, writer.finish()?))
+}
+
+/// Replaces the whole output table with the result, streamed into staged files (a job over
+/// its inputs as a whole never holds its whole result).
+async fn overwrite(lake: &Lake, output: &str, result: DataFrame, target: &Target) -> Result<(u64, Option<i64>)> {
+    let schema = target.schema.clone();
+    let mut table = lake.ensure_table(output, &schema, &[]).await?;
+    let writer = TableWriter::new(lake, output, "__all__", &schema, None, writer_properties(&[], &[], Codec::Zstd))?;
+    let (rows, files) = stream_into(writer, result, target).await?;
     Ok((rows, lake.replace_all(&mut table, files, HashMap::new()).await?))
 }
 
@@ -425,16 +433,9 @@ async fn write_partitions(
         bail!("the SQL result has no partition column `{pk}`");
     }
     let mut table = lake.ensure_table(output, &schema, &[pk]).await?;
-    let mut writer = TableWriter::new(lake, output, "", &schema, Some(pk), writer_properties(&[], &[], Codec::Zstd))?
+    let writer = TableWriter::new(lake, output, "", &schema, Some(pk), writer_properties(&[], &[], Codec::Zstd))?
         .keyed_by_partition();
-    let mut stream = result.execute_stream().await?;
-    let mut rows = 0u64;
-    while let Some(batch) = stream.next().await {
-        let batch = target.conform(&batch?)?;
-        rows += batch.num_rows() as u64;
-        writer.write(&batch)?;
-    }
-    let files = writer.finish()?;
+    let (rows, files) = stream_into(writer, result, target).await?;
     let version =
         lake.replace_keys(&mut table, parts, files, format!("{pk} IN (processed partitions)"), HashMap::new()).await?;
     Ok((rows, version))

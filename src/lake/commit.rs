@@ -221,16 +221,9 @@ pub(crate) async fn replace_files_over_read_version(
 ) -> Result<Option<i64>> {
     let snapshot = table.snapshot()?;
     let partition_by = snapshot.metadata().partition_columns().to_vec();
-    let wanted: std::collections::HashSet<&str> = removed.iter().map(String::as_str).collect();
-    let mut actions: Vec<Action> = snapshot
-        .log_data()
-        .iter()
-        .filter(|f| wanted.contains(f.path().as_ref()))
-        .map(|f| Action::Remove(f.remove_action(true)))
-        .collect();
-    if actions.len() != removed.len() {
-        bail!("{} of the files to replace are no longer in the table", removed.len() - actions.len());
-    }
+    let Some(mut actions) = remove_actions(table, removed)? else {
+        bail!("some of the files to replace are no longer in the table");
+    };
     actions.extend(files.into_iter().map(|f| Action::Add(f.into_add())));
     if actions.is_empty() {
         return Ok(None);
@@ -246,4 +239,18 @@ pub(crate) async fn replace_files_over_read_version(
         Err(e) if lost_race(&e) => Ok(None),
         Err(e) => Err(anyhow::Error::new(e)).context("committing an upsert"),
     }
+}
+
+/// Remove actions for the data files `paths` (table-relative) of the version `table` holds;
+/// `None` when one of them is no longer in it.
+pub(crate) fn remove_actions(table: &DeltaTable, paths: &[String]) -> Result<Option<Vec<Action>>> {
+    let wanted: std::collections::HashSet<&str> = paths.iter().map(String::as_str).collect();
+    let removes: Vec<Action> = table
+        .snapshot()?
+        .log_data()
+        .iter()
+        .filter(|f| wanted.contains(f.path().as_ref()))
+        .map(|f| Action::Remove(f.remove_action(true)))
+        .collect();
+    Ok((removes.len() == wanted.len()).then_some(removes))
 }

@@ -282,24 +282,16 @@ impl Lake {
         }
         let mut staged = writer.finish()?;
         self.upload(name, &mut staged).await?;
-        let snapshot = table.snapshot()?;
-        let wanted: std::collections::HashSet<&str> = files.iter().map(String::as_str).collect();
-        let removes: Vec<Action> = snapshot
-            .log_data()
-            .iter()
-            .filter(|f| wanted.contains(f.path().as_ref()))
-            .map(|f| Action::Remove(f.remove_action(true)))
-            .collect();
-        if removes.len() != files.len() {
+        let Some(mut actions) = super::commit::remove_actions(table, files)? else {
             return Ok(false);
-        }
-        let mut actions = removes;
+        };
         actions.extend(staged.into_iter().map(|f| Action::Add(f.into_add())));
         let op = DeltaOperation::Optimize { predicate: None, target_size: 0 };
         let props = CommitProperties::default()
             .with_metadata(HashMap::from([("swelake.job".to_string(), serde_json::json!("maintain"))]));
         // deltalake's conflict checker retries over commits that did not touch these files
         // and fails when one removed them: then the group waits for the next run.
+        let snapshot = table.snapshot()?;
         match CommitBuilder::from(props).with_actions(actions).build(Some(snapshot), table.log_store(), op).await {
             Ok(_) => {
                 table.load().await?;

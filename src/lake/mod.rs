@@ -492,33 +492,14 @@ impl Lake {
         scope: Option<&str>,
         long_text: &[&str],
     ) -> Result<usize> {
-        use arrow::array::{Array, AsArray, BooleanArray};
+        use arrow::array::BooleanArray;
         if batch.num_rows() == 0 {
             return Ok(0);
         }
         if key.is_empty() {
             bail!("inserting into `{name}`: no key columns");
         }
-        let cols = key
-            .iter()
-            .map(|k| {
-                let c = batch.column_by_name(k).with_context(|| format!("no column `{k}`"))?;
-                Ok(arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8)?)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        // One string per row: the key's values joined by a separator no value holds.
-        let keys: Vec<Option<String>> = (0..batch.num_rows())
-            .map(|i| {
-                let parts: Option<Vec<&str>> = cols
-                    .iter()
-                    .map(|c| {
-                        let c = c.as_string::<i32>();
-                        c.is_valid(i).then(|| c.value(i))
-                    })
-                    .collect();
-                parts.map(|p| p.join(KEY_SEPARATOR))
-            })
-            .collect();
+        let keys = row_keys(batch, key)?;
         let wanted: std::collections::BTreeSet<&str> = keys.iter().flatten().map(String::as_str).collect();
         let mut table = self.ensure_contract_table(name).await?;
         let mut attempt = 0u32;
@@ -554,10 +535,7 @@ impl Lake {
                 }
                 None if attempt < commit::MAX_COMMIT_ATTEMPTS => {
                     // The file never entered the log: remove it and decide again.
-                    for rel in staged {
-                        let (store, path) = self.object(&format!("{name}/{rel}"));
-                        let _ = store.delete(&path).await;
-                    }
+                    self.delete_unlanded(name, &staged).await;
                     tracing::debug!(table = name, attempt, "insert-if-absent lost a commit race; checking again");
                     tokio::time::sleep(commit::backoff(attempt)).await;
                 }
@@ -603,6 +581,45 @@ impl Lake {
 
 /// Joins the values of a multi-column key (a character no blob id or number holds).
 const KEY_SEPARATOR: &str = "\u{1f}";
+
+/// The key of every row of `batch`: the values of its `key` columns as text, joined by
+/// [`KEY_SEPARATOR`] (a character no repository name, number or sha holds); `None` where a
+/// key column is NULL.
+pub(crate) fn row_keys(batch: &RecordBatch, key: &[impl AsRef<str>]) -> Result<Vec<Option<String>>> {
+    use arrow::array::{Array, AsArray};
+    let cols = key
+        .iter()
+        .map(|k| {
+            let k = k.as_ref();
+            let c = batch.column_by_name(k).with_context(|| format!("no key column `{k}`"))?;
+            Ok(arrow::compute::cast(c, &arrow::datatypes::DataType::Utf8)?)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok((0..batch.num_rows())
+        .map(|i| {
+            let parts: Option<Vec<&str>> = cols
+                .iter()
+                .map(|c| {
+                    let c = c.as_string::<i32>();
+                    c.is_valid(i).then(|| c.value(i))
+                })
+                .collect();
+            parts.map(|p| p.join(KEY_SEPARATOR))
+        })
+        .collect())
+}
+
+impl Lake {
+    /// Deletes files staged for table `name` (table-relative paths) that no commit took in:
+    /// the writer lost a commit race and decides again.
+    pub(crate) async fn delete_unlanded(&self, name: &str, rel: &[String]) {
+        for r in rel {
+            let (store, path) = self.object(&format!("{name}/{r}"));
+            // A file left behind is unreferenced by the log: vacuum removes it.
+            let _ = store.delete(&path).await;
+        }
+    }
+}
 
 /// A named point where a test can make the process die, as a crash would: `SWELAKE_FAILPOINT`
 /// = `NAME` (or `NAME#N`, at the N-th time it is reached) aborts the process there, with no

@@ -27,36 +27,15 @@ use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
-use super::{commit, failpoint, table_name_of, writer_properties, Codec, Lake, TableWriter};
-
-/// Joins the values of a multi-column key (a character no repository name or number holds).
-const SEPARATOR: &str = "\u{1f}";
+use super::{commit, failpoint, row_keys, table_name_of, writer_properties, Codec, Lake, TableWriter, KEY_SEPARATOR};
 
 /// Each row's key (None when a key column is NULL) and its `newer_by` value.
 type RowKeys = (Vec<Option<String>>, Vec<Option<i64>>);
 
-/// The key of every row of `batch` (NULL when a key column is NULL) and, with `newer_by`,
-/// that column as integers (a timestamp, date or number).
+/// The key of every row of `batch` ([`row_keys`]) and, with `newer_by`, that column as
+/// integers (a timestamp, date or number).
 fn keys_of(batch: &RecordBatch, keys: &[String], newer_by: Option<&str>) -> Result<RowKeys> {
-    let cols = keys
-        .iter()
-        .map(|k| {
-            let c = batch.column_by_name(k).with_context(|| format!("no key column `{k}`"))?;
-            Ok(arrow::compute::cast(c, &DataType::Utf8)?)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let out = (0..batch.num_rows())
-        .map(|i| {
-            let parts: Option<Vec<&str>> = cols
-                .iter()
-                .map(|c| {
-                    let c = c.as_string::<i32>();
-                    c.is_valid(i).then(|| c.value(i))
-                })
-                .collect();
-            parts.map(|p| p.join(SEPARATOR))
-        })
-        .collect();
+    let out = row_keys(batch, keys)?;
     let newer = match newer_by {
         None => vec![None; batch.num_rows()],
         Some(n) => {
@@ -107,7 +86,7 @@ impl Lake {
             for (r, (k, n)) in ks.into_iter().zip(newer).enumerate() {
                 let k = k.with_context(|| format!("a row for `{name}` has a NULL key ({})", keys.join(", ")))?;
                 if source.insert(k.clone(), (b, r, n)).is_some() {
-                    bail!("the rows for `{name}` hold the key {} twice", k.replace(SEPARATOR, ", "));
+                    bail!("the rows for `{name}` hold the key {} twice", k.replace(KEY_SEPARATOR, ", "));
                 }
             }
         }
@@ -205,10 +184,7 @@ impl Lake {
                 None if attempt < commit::MAX_COMMIT_ATTEMPTS => {
                     // Another writer committed first: nothing of this landed. Decide again
                     // over the new version (it may have rewritten the same rows).
-                    for r in rel {
-                        let (store, path) = self.object(&format!("{name}/{r}"));
-                        let _ = store.delete(&path).await;
-                    }
+                    self.delete_unlanded(name, &rel).await;
                     tracing::debug!(table = %table_name_of(&table), attempt, "upsert lost a commit race; upserting again");
                     tokio::time::sleep(commit::backoff(attempt)).await;
                 }
