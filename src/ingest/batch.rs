@@ -118,6 +118,61 @@ pub struct EventsBuilder {
 
 const MICROS_PER_DAY: i64 = 86_400_000_000;
 
+/// Whether an event is a PR event (`PullRequest…`), and whether it is about a pull request
+/// at all (a PR event, or an issue event on a PR's issue).
+fn pr_flags(e: &Event<'_>) -> (bool, bool) {
+    let is_pr_event = e.kind.starts_with("PullRequest");
+    (is_pr_event, is_pr_event || e.payload.issue.as_ref().is_some_and(|i| i.pull_request.is_some()))
+}
+
+/// The events of a batch, clustered by what reads them: issue events on issues, events about
+/// a pull request, pushes, everything else, in that order.
+///
+/// Rows keep no order in a Delta table, and this one lets the jobs skip most of a file: the
+/// PR jobs read the ~7% of events about a PR and the pushes to their heads, `issues` the issue
+/// events. Unclustered, those rows are spread over every page, so every page of every column
+/// they read is fetched and decompressed; clustered, a reader's row filter selects a few runs
+/// of rows and Parquet's offset index lets it skip the other pages of the wide text columns
+/// (`swelake bench jobs`: pr_timeline). `source_line` keeps each event's place in its hour file.
+pub struct ClusteredEvents {
+    groups: [EventsBuilder; 4],
+}
+
+impl ClusteredEvents {
+    pub fn new(cap: usize) -> Self {
+        // Each group starts at a quarter of the batch: builders grow on demand, and most
+        // batches are nearly all pushes or nearly all of the rest.
+        ClusteredEvents { groups: std::array::from_fn(|_| EventsBuilder::new((cap / 4).max(1024))) }
+    }
+
+    pub fn len(&self) -> usize {
+        self.groups.iter().map(EventsBuilder::len).sum()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.groups.iter().map(EventsBuilder::bytes).sum()
+    }
+
+    pub fn push(&mut self, e: &Event<'_>, source_file: &str, line: u64) {
+        let (_, is_pull_request) = pr_flags(e);
+        let group = if is_pull_request {
+            1
+        } else if e.kind == "IssuesEvent" || e.kind == "IssueCommentEvent" {
+            0
+        } else if e.kind == "PushEvent" {
+            2
+        } else {
+            3
+        };
+        self.groups[group].push(e, source_file, line);
+    }
+
+    /// The held events as batches, one per non-empty group, in group order; starts over.
+    pub fn finish(&mut self) -> Vec<RecordBatch> {
+        self.groups.iter_mut().filter(|g| !g.is_empty()).map(EventsBuilder::finish).collect()
+    }
+}
+
 /// UTC calendar day of a microsecond timestamp, as days since the epoch (Arrow `Date32`).
 pub fn date32_of(micros: i64) -> i32 {
     micros.div_euclid(MICROS_PER_DAY) as i32
@@ -156,10 +211,9 @@ impl EventsBuilder {
         c.payload.val(e.payload_raw);
         c.action.opt(p.action.as_deref());
 
+        let (is_pr_event, is_pull_request) = pr_flags(e);
         // The PR or issue this event is about: the PR object for PR events, else the issue.
-        let is_pr_event = e.kind.starts_with("PullRequest");
         let item = if is_pr_event { p.pull_request.as_ref() } else { p.issue.as_ref() };
-        let is_pull_request = is_pr_event || p.issue.as_ref().is_some_and(|i| i.pull_request.is_some());
         c.number.append_option(p.number.or(item.and_then(|i| i.number)));
         c.is_pull_request.append_option(item.is_some().then_some(is_pull_request));
         c.pr_id.append_option(if is_pr_event { item.and_then(|i| i.id) } else { None });
@@ -301,5 +355,53 @@ impl RejectedBuilder {
         ];
         self.rows = 0;
         RecordBatch::try_new(REJECTED_SCHEMA.clone(), arrays).expect("builders follow schemas/events_rejected.toml")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{AsArray, Int64Array};
+
+    #[test]
+    fn clustered_batches_group_events_by_reader_and_keep_every_event() {
+        let line = |id: u32, kind: &str, payload: &str| {
+            format!(
+                r#"{{"id":"{id}","type":"{kind}","actor":{{"id":1,"login":"a"}},"repo":{{"id":2,"name":"o/r"}},"payload":{payload},"public":true,"created_at":"2025-01-01T00:00:00Z"}}"#
+            )
+        };
+        let push = r#"{"ref":"refs/heads/f","head":"h","before":"b","size":1,"commits":[{"sha":"c","message":"m"}]}"#;
+        let pr = r#"{"action":"opened","number":3,"pull_request":{"number":3,"title":"t"}}"#;
+        let on_pr = r#"{"action":"created","issue":{"number":3,"pull_request":{"url":"u"}},"comment":{"body":"x"}}"#;
+        let on_issue = r#"{"action":"created","issue":{"number":4},"comment":{"body":"y"}}"#;
+        let star = r#"{"action":"started"}"#;
+        // In file order: a push, a star, a PR comment, an issue comment, a PR event, a push.
+        let lines = [
+            line(1, "PushEvent", push),
+            line(2, "WatchEvent", star),
+            line(3, "IssueCommentEvent", on_pr),
+            line(4, "IssueCommentEvent", on_issue),
+            line(5, "PullRequestEvent", pr),
+            line(6, "PushEvent", push),
+        ];
+        let mut b = ClusteredEvents::new(16);
+        for (n, l) in lines.iter().enumerate() {
+            b.push(&crate::ingest::event::parse_line(l).unwrap(), "f.json.gz", n as u64 + 1);
+        }
+        assert_eq!(b.len(), 6);
+        let batches = b.finish();
+        assert_eq!(b.len(), 0, "finish starts over");
+        let mut ids = Vec::new();
+        let mut lines_of = Vec::new();
+        for batch in &batches {
+            let id = batch.column_by_name("id").unwrap().as_string::<i32>();
+            let line: &Int64Array = batch.column_by_name("source_line").unwrap().as_primitive();
+            ids.extend(id.iter().map(|v| v.unwrap().to_string()));
+            lines_of.extend(line.iter().map(Option::unwrap));
+        }
+        // Issue events on issues, then events about a PR (file order kept within a group),
+        // then pushes, then the rest; each event keeps its line in the file.
+        assert_eq!(ids, ["4", "3", "5", "1", "6", "2"]);
+        assert_eq!(lines_of, [4, 3, 5, 1, 6, 2]);
     }
 }

@@ -32,7 +32,7 @@ use crate::lake::runs::{self, RunRecord};
 use crate::lake::{writer_properties, Lake, StagedFile, TableWriter};
 use crate::progress;
 use batch::{
-    EventsBuilder, RejectedBuilder, EVENTS, EVENTS_REJECTED, EVENTS_SCHEMA, EVENT_DATE, LONG_TEXT_COLUMNS,
+    ClusteredEvents, RejectedBuilder, EVENTS, EVENTS_REJECTED, EVENTS_SCHEMA, EVENT_DATE, LONG_TEXT_COLUMNS,
     REJECTED_SCHEMA, REPEATED_TEXT_COLUMNS,
 };
 use event::{parse_line, Rejection};
@@ -80,7 +80,7 @@ impl Default for IngestOptions {
             max_line_bytes: 8 << 20,
             raw_keep_bytes: 64 << 10,
             jobs: 2,
-            batch_rows: 8192,
+            batch_rows: 32768,
             compression: crate::lake::Codec::Zstd,
             storage_options: Vec::new(),
             lease_wait: None,
@@ -385,7 +385,7 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
         None,
         writer_properties(&["raw"], &[], opts.compression),
     )?;
-    let mut builder = EventsBuilder::new(opts.batch_rows);
+    let mut builder = ClusteredEvents::new(opts.batch_rows);
     let mut rejected = RejectedBuilder::default();
     let mut seen_ids = SeenIds::default();
     let mut repos: rustc_hash::FxHashSet<u64> = rustc_hash::FxHashSet::default();
@@ -475,14 +475,16 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
             }
         }
         if builder.len() >= opts.batch_rows || builder.bytes() >= 48 << 20 {
-            events.write(&builder.finish())?;
+            for b in builder.finish() {
+                events.write(&b)?;
+            }
         }
         if line_no.is_multiple_of(4096) {
             bar.set_position(counter.load(Ordering::Relaxed));
         }
     }
-    if !builder.is_empty() {
-        events.write(&builder.finish())?;
+    for b in builder.finish() {
+        events.write(&b)?;
     }
     if !rejected.is_empty() {
         rejected_writer.write(&rejected.finish())?;
