@@ -38,6 +38,15 @@ pub struct ColumnDoc {
     /// For files read from outside (rollouts): the column may be absent.
     #[serde(default)]
     pub optional: bool,
+    /// Long text that repeats across rows (a PR's title and body on each of its events):
+    /// the jobs that write the table keep it dictionary-encoded, up to 8 MB per row group.
+    #[serde(default)]
+    pub repeats: bool,
+}
+
+/// The columns of `table`'s schema file marked `repeats = true` (none for a table without one).
+pub fn repeated_columns(table: &str) -> Vec<String> {
+    load(table).map(|d| d.columns.into_iter().filter(|c| c.repeats).map(|c| c.name).collect()).unwrap_or_default()
 }
 
 /// Every schema file, by table name.
