@@ -2,15 +2,17 @@
 Parquet files, with swelake's own sql/ files ported to DuckDB's dialect by `port` below (so the
 baseline runs the query swelake runs, and cannot drift from it).
 
-Usage: python3 bench/duckdb_pr_jobs.py FILE_LIST THREADS
+Usage: python3 bench/duckdb_pr_jobs.py FILE_LIST THREADS [REPEAT]
 FILE_LIST holds the events table's active Parquet files, one path per line (the Delta version
 swelake read; the partition column comes from the `event_date=` directories). Prints one JSON
-line: rows and merged count of each table and the seconds each query took.
+line: rows and merged count of each table, the seconds of each of REPEAT runs of each query
+(`*_runs`) and their median (`*_seconds`).
 """
 
 import json
 import os
 import re
+import statistics
 import sys
 import time
 
@@ -31,6 +33,7 @@ def port(sql):
 def main():
     files = [line.strip() for line in open(sys.argv[1]) if line.strip()]
     threads = int(sys.argv[2]) if len(sys.argv) > 2 else 2
+    repeat = max(1, int(sys.argv[3])) if len(sys.argv) > 3 else 1
     con = duckdb.connect()
     con.execute(f"SET threads = {threads}")
     con.execute("SET preserve_insertion_order = false")
@@ -45,11 +48,19 @@ def main():
     )
     con.execute("CREATE TABLE job_last_run AS SELECT TIMESTAMPTZ '1970-01-01 00:00:00+00' AS last_run_at")
     out = {}
-    for name in ["pr_timeline", "pull_requests"]:
-        sql = port(open(os.path.join(SQL, f"{name}.sql")).read())
-        t = time.perf_counter()
-        con.execute(f"CREATE TABLE {name} AS {sql}")
-        out[f"{name}_seconds"] = time.perf_counter() - t
+    names = ["pr_timeline", "pull_requests"]
+    for name in names:
+        out[f"{name}_runs"] = []
+    for _ in range(repeat):
+        for name in names:
+            con.execute(f"DROP TABLE IF EXISTS {name}")
+        for name in names:
+            sql = port(open(os.path.join(SQL, f"{name}.sql")).read())
+            t = time.perf_counter()
+            con.execute(f"CREATE TABLE {name} AS {sql}")
+            out[f"{name}_runs"].append(time.perf_counter() - t)
+    for name in names:
+        out[f"{name}_seconds"] = statistics.median(out[f"{name}_runs"])
         out[f"{name}_rows"] = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
     out["pull_requests_merged"] = con.execute("SELECT count(*) FROM pull_requests WHERE merged").fetchone()[0]
     out["duckdb_version"] = duckdb.__version__

@@ -239,6 +239,10 @@ pub(crate) struct JobsBenchArgs {
     /// Python interpreter for the DuckDB baseline (skipped when it has no duckdb).
     #[arg(long, default_value = "python3")]
     python: String,
+    /// Runs of pr_timeline and pull_requests on each side of the DuckDB comparison (the
+    /// median counts).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
 }
 
 impl JobsBenchArgs {
@@ -251,6 +255,7 @@ impl JobsBenchArgs {
             work: self.work,
             ballista: !self.no_ballista,
             python: self.python,
+            repeat: self.repeat.max(1),
         }
     }
 }
