@@ -322,11 +322,25 @@ fn ballista_config() -> SessionConfig {
     // operator metrics of different lengths; the scheduler then rejects the task statuses and
     // re-runs or drops partitions (rows duplicated or missing, measured on these jobs). The
     // static planner gives the local engine's rows.
-    SessionConfig::new_with_ballista()
+    let mut config = SessionConfig::new_with_ballista()
         .set_bool(ballista_core::config::BALLISTA_ADAPTIVE_PLANNER_ENABLED, false)
         .with_information_schema(true)
         .with_ballista_logical_extension_codec(Arc::new(LogicalCodec::default()))
-        .with_ballista_physical_extension_codec(Arc::new(PhysicalCodec::default()))
+        .with_ballista_physical_extension_codec(Arc::new(PhysicalCodec::default()));
+    // The DATAFUSION_* settings a user gives the local engine (crate::lake::session_config)
+    // reach the cluster's plans too: the ones the environment changes from the defaults.
+    if let Ok(env) = datafusion::config::ConfigOptions::from_env() {
+        let defaults: std::collections::HashMap<String, Option<String>> =
+            datafusion::config::ConfigOptions::default().entries().into_iter().map(|e| (e.key, e.value)).collect();
+        for e in env.entries() {
+            if let Some(v) = e.value.as_ref().filter(|_| defaults.get(&e.key) != Some(&e.value)) {
+                if let Err(err) = config.options_mut().set(&e.key, v) {
+                    tracing::warn!("{}={v} not applied to Ballista plans: {err}", e.key);
+                }
+            }
+        }
+    }
+    config
 }
 
 // ---------------------------------------------------------------------------------------
