@@ -972,20 +972,6 @@ fn link_dir(from: &Path, to: &Path) -> Result<()> {
     Ok(())
 }
 
-fn copy_dir(from: &Path, to: &Path) -> Result<()> {
-    std::fs::create_dir_all(to)?;
-    for e in std::fs::read_dir(from)? {
-        let e = e?;
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        if e.file_type()?.is_dir() {
-            copy_dir(&src, &dst)?;
-        } else {
-            std::fs::copy(&src, &dst)?;
-        }
-    }
-    Ok(())
-}
-
 /// Scheduler and executors on loopback, killed on drop.
 struct LoopbackCluster(Vec<std::process::Child>, String);
 
@@ -1189,7 +1175,7 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
     if o.ballista {
         for n in [1usize, 2] {
             let lake = o.work.join(format!("b{n}"));
-            copy_dir(&local.join("events"), &lake.join("events"))?;
+            link_dir(&local.join("events"), &lake.join("events"))?;
             let cluster = start_loopback(&exe, n, &o.work.join("cluster"))?;
             let mut total = 0.0;
             for job in BENCH_JOBS {
