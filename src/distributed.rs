@@ -42,6 +42,9 @@ use url::Url;
 
 use crate::lake::Lake;
 
+mod write;
+pub use write::{write_on_cluster, ClusterWrite};
+
 /// Where a job's SQL runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Engine {
@@ -118,7 +121,10 @@ impl LogicalExtensionCodec for LogicalCodec {
         inputs: &[datafusion::logical_expr::LogicalPlan],
         ctx: &TaskContext,
     ) -> datafusion::common::Result<datafusion::logical_expr::Extension> {
-        self.inner.try_decode(buf, inputs, ctx)
+        match write::decode_node(buf, inputs) {
+            Some(node) => node,
+            None => self.inner.try_decode(buf, inputs, ctx),
+        }
     }
 
     fn try_encode(
@@ -126,6 +132,9 @@ impl LogicalExtensionCodec for LogicalCodec {
         node: &datafusion::logical_expr::Extension,
         buf: &mut Vec<u8>,
     ) -> datafusion::common::Result<()> {
+        if write::encode_node(node, buf) {
+            return Ok(());
+        }
         self.inner.try_encode(node, buf)
     }
 
@@ -187,7 +196,10 @@ impl PhysicalExtensionCodec for PhysicalCodec {
         ctx: &TaskContext,
         converter: &dyn datafusion_proto::physical_plan::PhysicalProtoConverterExtension,
     ) -> datafusion::common::Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
-        self.inner.try_decode(buf, inputs, ctx, converter)
+        match write::decode_exec(buf, inputs) {
+            Some(exec) => exec,
+            None => self.inner.try_decode(buf, inputs, ctx, converter),
+        }
     }
 
     fn try_encode(
@@ -196,6 +208,9 @@ impl PhysicalExtensionCodec for PhysicalCodec {
         buf: &mut Vec<u8>,
         converter: &dyn datafusion_proto::physical_plan::PhysicalProtoConverterExtension,
     ) -> datafusion::common::Result<()> {
+        if write::encode_exec(&node, buf) {
+            return Ok(());
+        }
         self.inner.try_encode(node, buf, converter)
     }
 
@@ -268,6 +283,7 @@ fn state(
         .with_config(config)
         .with_runtime_env(runtime(options)?)
         .with_optimizer_rules(rules)
+        .with_query_planner(Arc::new(write::Planner))
         .with_scalar_functions(ballista_core::extension::ballista_scalar_functions())
         .with_aggregate_functions(ballista_core::extension::ballista_aggregate_functions())
         .with_window_functions(ballista_core::extension::ballista_window_functions())

@@ -15,6 +15,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{JobSpec, JobSummary, Partitioning, Registry, RunOptions, Section};
+use crate::distributed::{write_on_cluster, ClusterWrite, Engine};
 use crate::lake::runs::{self, RunRecord};
 use crate::lake::{writer_properties, Codec, Lake, TableWriter};
 
@@ -268,7 +269,7 @@ async fn run_held(
     let (rows, version) = match write.mode {
         WriteMode::ReplacePartitions => match &job.partitioning {
             Partitioning::Column(pk) => {
-                write_partitions(lake, output, result, &target, pk, &summary.partitions).await?
+                write_partitions(lake, &opts.engine, output, result, &target, pk, &summary.partitions).await?
             }
             Partitioning::Whole => bail!("write mode replace_partitions needs a partition_key column"),
         },
@@ -278,7 +279,7 @@ async fn run_held(
             upsert(lake, output, result, &target, write, &file_key).await?
         }
         WriteMode::ReplaceKeys => replace_keys(lake, ctx, output, result, &target, write).await?,
-        WriteMode::Overwrite => overwrite(lake, output, result, &target).await?,
+        WriteMode::Overwrite => overwrite(lake, &opts.engine, output, result, &target).await?,
     };
     summary.rows_out = rows;
 
@@ -371,20 +372,7 @@ impl Target {
     /// spelled differently), nullability the contract's — a NULL in a non-nullable column
     /// (a key) is an error, not a row.
     fn conform(&self, batch: &RecordBatch) -> Result<RecordBatch> {
-        let columns = batch
-            .columns()
-            .iter()
-            .zip(self.schema.fields())
-            .map(|(c, f)| {
-                if c.data_type() == f.data_type() {
-                    Ok(c.clone())
-                } else {
-                    arrow::compute::cast(c, f.data_type())
-                        .with_context(|| format!("column `{}`: {} into {}", f.name(), c.data_type(), f.data_type()))
-                }
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(RecordBatch::try_new(self.schema.clone(), columns)?)
+        crate::lake::conform(&self.schema, batch)
     }
 }
 
@@ -406,11 +394,25 @@ async fn stream_into(
 
 /// Replaces the whole output table with the result, streamed into staged files (a job over
 /// its inputs as a whole never holds its whole result).
-async fn overwrite(lake: &Lake, output: &str, result: DataFrame, target: &Target) -> Result<(u64, Option<i64>)> {
+async fn overwrite(
+    lake: &Lake,
+    engine: &Engine,
+    output: &str,
+    result: DataFrame,
+    target: &Target,
+) -> Result<(u64, Option<i64>)> {
     let schema = target.schema.clone();
     let mut table = lake.ensure_table(output, &schema, &[]).await?;
-    let writer = TableWriter::new(lake, output, "__all__", &schema, None, target.writer_properties())?;
-    let (rows, files) = stream_into(writer, result, target).await?;
+    let (rows, files) = match engine {
+        Engine::Local => {
+            let writer = TableWriter::new(lake, output, "__all__", &schema, None, target.writer_properties())?;
+            stream_into(writer, result, target).await?
+        }
+        Engine::Ballista { .. } => {
+            let spec = ClusterWrite::new(&lake.table_url(output), &schema, None, "__all__", false, &target.repeated)?;
+            write_on_cluster(result, &spec).await?
+        }
+    };
     Ok((rows, lake.replace_all(&mut table, files, HashMap::new()).await?))
 }
 
@@ -432,6 +434,7 @@ async fn rewrite(lake: &Lake, output: &str, target: &Target, batches: Vec<Record
 /// Replaces the output's files of each processed partition with the result's rows.
 async fn write_partitions(
     lake: &Lake,
+    engine: &Engine,
     output: &str,
     result: DataFrame,
     target: &Target,
@@ -443,9 +446,18 @@ async fn write_partitions(
         bail!("the SQL result has no partition column `{pk}`");
     }
     let mut table = lake.ensure_table(output, &schema, &[pk]).await?;
-    let writer =
-        TableWriter::new(lake, output, "", &schema, Some(pk), target.writer_properties())?.keyed_by_partition();
-    let (rows, files) = stream_into(writer, result, target).await?;
+    let (rows, files) = match engine {
+        Engine::Local => {
+            let writer =
+                TableWriter::new(lake, output, "", &schema, Some(pk), target.writer_properties())?.keyed_by_partition();
+            stream_into(writer, result, target).await?
+        }
+        // The executors write the files into the lake's store; only their list comes back.
+        Engine::Ballista { .. } => {
+            let spec = ClusterWrite::new(&lake.table_url(output), &schema, Some(pk), "", true, &target.repeated)?;
+            write_on_cluster(result, &spec).await?
+        }
+    };
     let version =
         lake.replace_keys(&mut table, parts, files, format!("{pk} IN (processed partitions)"), HashMap::new()).await?;
     Ok((rows, version))

@@ -47,7 +47,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde_json::Value;
 use url::Url;
 
-pub use writer::{writer_properties, Codec, StagedFile, TableWriter};
+pub use writer::{conform, writer_properties, Codec, ColumnStats, StagedFile, TableWriter};
 
 /// A lake: its root URL, the store behind it and the options that reach it.
 #[derive(Debug, Clone)]
@@ -669,7 +669,7 @@ fn table_name_of(table: &DeltaTable) -> String {
 }
 
 /// Copies a local file into the store, in parts for large files.
-async fn put_file(store: &dyn ObjectStore, path: &ObjectPath, local: &Path) -> Result<()> {
+pub(crate) async fn put_file(store: &dyn ObjectStore, path: &ObjectPath, local: &Path) -> Result<()> {
     const SMALL: u64 = 8 << 20;
     let len = std::fs::metadata(local).with_context(|| format!("reading {}", local.display()))?.len();
     if len <= SMALL {

@@ -141,6 +141,21 @@ impl TableWriter {
         partition_col: Option<&str>,
         props: WriterProperties,
     ) -> Result<Self> {
+        let (table_dir, staged) = lake.writer_dir(table);
+        Self::in_dir(table_dir, staged, key, schema, partition_col, props)
+    }
+
+    /// A writer into `table_dir` (the table's own directory, or with `staged` a local
+    /// directory whose files are uploaded to the table's place in a store): what a Ballista
+    /// executor writes a job's output with.
+    pub fn in_dir(
+        table_dir: PathBuf,
+        staged: bool,
+        key: &str,
+        schema: &Schema,
+        partition_col: Option<&str>,
+        props: WriterProperties,
+    ) -> Result<Self> {
         let partition = match partition_col {
             Some(p) => Some((schema.index_of(p)?, p.to_string())),
             None => None,
@@ -152,7 +167,6 @@ impl TableWriter {
             .filter(|(i, _)| partition.as_ref().is_none_or(|(pi, _)| pi != i))
             .map(|(_, f)| f.clone())
             .collect();
-        let (table_dir, staged) = lake.writer_dir(table);
         Ok(TableWriter {
             table_dir,
             staged,
@@ -298,6 +312,41 @@ impl ColumnStats {
         }
         Value::Object(o).to_string()
     }
+}
+
+impl ColumnStats {
+    /// Reads back the `stats` JSON of an add action ([`ColumnStats::to_json`]): its
+    /// statistics and `numRecords`.
+    pub fn from_json(text: &str) -> Result<(i64, ColumnStats)> {
+        let v: Value = serde_json::from_str(text).context("file statistics are not JSON")?;
+        let num_records = v.get("numRecords").and_then(Value::as_i64).context("file statistics without numRecords")?;
+        let map = |key: &str| -> BTreeMap<String, Value> {
+            v.get(key).and_then(Value::as_object).map(|o| o.clone().into_iter().collect()).unwrap_or_default()
+        };
+        let null_count =
+            map("nullCount").into_iter().filter_map(|(k, n)| n.as_u64().map(|n| (k, n))).collect::<BTreeMap<_, _>>();
+        Ok((num_records, ColumnStats { min: map("minValues"), max: map("maxValues"), null_count }))
+    }
+}
+
+/// `batch` in a table's layout: columns cast where the query's type differs (a time zone
+/// spelled differently), nullability the table's (a NULL in a non-nullable column, a key, is
+/// an error, not a row).
+pub fn conform(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                arrow::compute::cast(c, f.data_type())
+                    .with_context(|| format!("column `{}`: {} into {}", f.name(), c.data_type(), f.data_type()))
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// Strings longer than this get no maximum (Delta's convention: a truncated maximum would be
