@@ -239,8 +239,8 @@ pub(crate) struct JobsBenchArgs {
     /// Python interpreter for the DuckDB baseline (skipped when it has no duckdb).
     #[arg(long, default_value = "python3")]
     python: String,
-    /// Runs of pr_timeline and pull_requests on each side of the DuckDB comparison (the
-    /// median counts).
+    /// Runs of pr_timeline and pull_requests on each side of the DuckDB comparison, and of
+    /// the four jobs on each Ballista cluster size (the medians count).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
 }
