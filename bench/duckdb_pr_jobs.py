@@ -7,13 +7,19 @@ FILE_LIST holds the events table's active Parquet files, one path per line (the 
 swelake read; the partition column comes from the `event_date=` directories). Prints one JSON
 line: rows and merged count of each table, the seconds of each of REPEAT runs of each query
 (`*_runs`) and their median (`*_seconds`).
+
+Each query runs two ways: into a DuckDB table in memory (`*_runs`), and as swelake's jobs run,
+Parquet in and Parquet out (`*_parquet_runs`): `COPY ... TO` a zstd Parquet file, with
+pull_requests reading pr_timeline's file, as swelake's pull_requests reads its table.
 """
 
 import json
 import os
 import re
 import statistics
+import shutil
 import sys
+import tempfile
 import time
 
 import duckdb
@@ -63,6 +69,26 @@ def main():
         out[f"{name}_seconds"] = statistics.median(out[f"{name}_runs"])
         out[f"{name}_rows"] = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
     out["pull_requests_merged"] = con.execute("SELECT count(*) FROM pull_requests WHERE merged").fetchone()[0]
+
+    # Parquet in, Parquet out.
+    work = tempfile.mkdtemp(prefix="swelake-duckdb-")
+    try:
+        for name in names:
+            out[f"{name}_parquet_runs"] = []
+            con.execute(f"DROP TABLE IF EXISTS {name}")
+        for _ in range(repeat):
+            for name in names:
+                path = os.path.join(work, f"{name}.parquet")
+                sql = port(open(os.path.join(SQL, f"{name}.sql")).read())
+                con.execute(f"DROP VIEW IF EXISTS {name}")
+                t = time.perf_counter()
+                con.execute(f"COPY ({sql}) TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
+                out[f"{name}_parquet_runs"].append(time.perf_counter() - t)
+                con.execute(f"CREATE VIEW {name} AS SELECT * FROM read_parquet('{path}')")
+        for name in names:
+            out[f"{name}_parquet_rows"] = con.execute(f"SELECT count(*) FROM {name}").fetchone()[0]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
     out["duckdb_version"] = duckdb.__version__
     print(json.dumps(out))
 
