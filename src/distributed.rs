@@ -3,8 +3,9 @@
 //! A cluster is a scheduler and executors started from this binary (`swelake ballista
 //! scheduler|executor`), so that every process knows swelake's SQL functions. A job's client
 //! (`swelake run … --engine ballista --scheduler df://HOST:PORT`) plans the job's own SQL,
-//! ships the plan to the scheduler, streams the result back and commits it to the lake exactly
-//! as the local engine does.
+//! ships the plan to the scheduler and commits the result to the lake exactly as the local
+//! engine does: jobs that replace partitions or overwrite have the executors write the files
+//! (see `write`), the others stream their rows back.
 //!
 //! What is Ballista-specific:
 //! - Ballista has no Delta table provider, so each table is registered as a Parquet listing of
