@@ -502,9 +502,15 @@ impl Learner {
     pub fn refit(&mut self) {
         let recent = |v: &[Example], k: usize| v[v.len().saturating_sub(k)..].to_vec();
         self.pipeline.cheap = learn::fit(&recent(&self.cheap, self.max_cases), false, &self.base.cheap);
-        if self.full.len() >= self.min_cases {
-            self.pipeline.full = learn::fit(&recent(&self.full, self.max_cases), true, &self.base.full);
-        }
+        // The second stage is the first plus the embedding, with its weight learned once there
+        // are enough re-ranked cases (until then the config's).
+        let mut full = self.pipeline.cheap.clone();
+        full.weights[EMBEDDING] = self.base.full.weights[EMBEDDING];
+        self.pipeline.full = if self.full.len() >= self.min_cases {
+            learn::fit_embedding(&recent(&self.full, self.max_cases), &full)
+        } else {
+            full
+        };
         self.fitted_at = self.cheap.len();
         self.fits += 1;
     }

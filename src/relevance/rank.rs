@@ -57,13 +57,29 @@ pub const FEATURES: [&str; NF] = [
     "kind_missing",
     "similar_changes",
     "embedding",
+    "cochange_conf",
+    "cochange_conf_sum",
+    "callers",
+    "named_in_text",
+    "recent_touch",
+    "dir_share",
+    "bm25_full",
 ];
-pub const NF: usize = 15;
+pub const NF: usize = 22;
 /// The feature that needs the encoder (computed only for the candidates that reach re-ranking).
 pub const EMBEDDING: usize = 14;
 /// Earlier changes whose text is most like the query's that vote for the files they changed.
 const SIMILAR_CHANGES: usize = 20;
 const SIMILAR: usize = 13;
+const COCHANGE_CONF: usize = 15;
+const COCHANGE_CONF_SUM: usize = 16;
+const CALLERS: usize = 17;
+const NAMED_IN_TEXT: usize = 18;
+const RECENT_TOUCH: usize = 19;
+const DIR_SHARE: usize = 20;
+const BM25_FULL: usize = 21;
+/// Changes after which an earlier change counts half for `recent_touch` (files in current work).
+const RECENT_HALF_LIFE: f64 = 8.0;
 /// Changes after which an earlier change counts half (co-change and prior decay).
 const HALF_LIFE_CHANGES: f64 = 60.0;
 
@@ -87,27 +103,41 @@ pub struct Weights {
     pub kind_missing: f64,
     pub similar_changes: f64,
     pub embedding: f64,
+    pub cochange_conf: f64,
+    pub cochange_conf_sum: f64,
+    pub callers: f64,
+    pub named_in_text: f64,
+    pub recent_touch: f64,
+    pub dir_share: f64,
+    pub bm25_full: f64,
 }
 
 impl Default for Weights {
     /// The values of `config/curation.toml` (fitted on pallets/flask and pallets/click).
     fn default() -> Self {
         Weights {
-            bm25: 0.95,
-            bm25_text: 0.68,
-            path_terms: 0.63,
-            imports: 0.4,
-            import_names: 0.22,
-            tests: 0.28,
-            cochange: 0.51,
-            cochange_recent: 0.67,
-            prior: 0.22,
-            same_dir: 0.25,
-            symbols_text: 0.36,
-            symbols_changed: 0.66,
-            kind_missing: 0.32,
-            similar_changes: 0.73,
+            bm25: 1.21,
+            bm25_text: 0.75,
+            path_terms: 0.76,
+            imports: 0.53,
+            import_names: 0.03,
+            tests: 0.35,
+            cochange: 0.19,
+            cochange_recent: 0.45,
+            prior: -0.48,
+            same_dir: 0.17,
+            symbols_text: 0.62,
+            symbols_changed: 0.64,
+            kind_missing: 0.65,
+            similar_changes: 0.98,
             embedding: 0.75,
+            cochange_conf: 0.42,
+            cochange_conf_sum: 0.58,
+            callers: 0.74,
+            named_in_text: 0.59,
+            recent_touch: 0.42,
+            dir_share: 0.39,
+            bm25_full: 0.62,
         }
     }
 }
@@ -130,6 +160,13 @@ impl Weights {
             self.kind_missing,
             self.similar_changes,
             self.embedding,
+            self.cochange_conf,
+            self.cochange_conf_sum,
+            self.callers,
+            self.named_in_text,
+            self.recent_touch,
+            self.dir_share,
+            self.bm25_full,
         ]
     }
 }
@@ -243,12 +280,33 @@ fn dir(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(d, _)| d)
 }
 
-/// The stem a test file tests (`test_foo`, `foo_test`, `foo.test`, `FooTest`, `foo.spec`).
+/// A test's name and a module's that share a stem without being equal: `test_loader` and
+/// `loaders.py`, `test_async` and `asyncsupport.py`, `test_lexnparse` and `parser.py`. The
+/// shorter name's stem (all but its last two letters, at least four) is inside the longer.
+fn names_match(test: &str, module: &str) -> bool {
+    let inside = |short: &str, long: &str| {
+        let keep = short.len().saturating_sub(2).max(4);
+        short.len() >= 4
+            && short.is_char_boundary(keep.min(short.len()))
+            && long.contains(&short[..keep.min(short.len())])
+    };
+    test != module && (inside(module, test) || inside(test, module))
+}
+
+/// The stem a test file tests (`test_foo`, `foo_test`, `foo.test`, `FooTest`, `foo.spec`, or
+/// `foo` in a test directory: `jinja2/testsuite/filters.py`).
 fn tested_stem(path: &str) -> Option<String> {
     let name = path.rsplit('/').next().unwrap_or(path);
     let base = name.split('.').next().unwrap_or(name);
     let lower = base.to_lowercase();
-    let is_test_name = name.contains(".test.") || name.contains(".spec.");
+    let in_test_dir = path
+        .split('/')
+        .rev()
+        .skip(1)
+        .any(|seg| matches!(seg, "test" | "tests" | "testing" | "testsuite" | "__tests__" | "spec"));
+    let is_test_name = name.contains(".test.")
+        || name.contains(".spec.")
+        || (in_test_dir && !lower.starts_with("__") && lower != "conftest");
     if let Some(s) = lower.strip_prefix("test_") {
         return Some(s.to_string());
     }
@@ -344,6 +402,11 @@ pub struct FileFacts {
     pub defs: Vec<String>,
     pub imports: Vec<Target>,
     pub import_names: HashSet<String>,
+    /// Identifiers the file uses (whole file): a caller of a changed definition names it.
+    pub ids: HashSet<String>,
+    /// Terms of the whole file (the BM25 above reads its head only).
+    pub full_terms: Arc<HashMap<String, u32>>,
+    pub full_len: f64,
 }
 
 impl FileFacts {
@@ -351,12 +414,16 @@ impl FileFacts {
         let head: String = content.chars().take(8000).collect();
         // The path twice: a file named after the topic is as telling as a paragraph about it.
         let (terms, len) = Bm25::term_counts(&format!("{path} {path} {head}"));
+        let (full_terms, full_len) = Bm25::term_counts(&format!("{path} {path} {content}"));
         FileFacts {
+            full_terms: Arc::new(full_terms),
+            full_len,
             terms: Arc::new(terms),
             len,
             defs: definitions(content),
             imports: imports::targets(path, content),
             import_names: imported_names(content),
+            ids: identifiers(content),
         }
     }
 }
@@ -393,10 +460,12 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
     let query = if q.use_paths { format!("{} {}", q.text, q.changed.join(" ")) } else { q.text.to_string() };
     let bm25 = bm.scores(&query);
     let bm25_text = if q.use_paths { bm.scores(q.text) } else { bm25.clone() };
+    let full = Bm25::from_counts(f.iter().map(|x| (x.full_terms.clone(), x.full_len)).collect()).scores(&query);
     let mut x = vec![[0.0; NF]; n];
     for i in 0..n {
         x[i][0] = bm25[i];
         x[i][1] = bm25_text[i];
+        x[i][BM25_FULL] = full[i];
     }
 
     // Symbols: a definition named in the text (or used by a changed file) points at its
@@ -408,6 +477,8 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
     let text_ids = identifiers(q.text);
     for i in 0..n {
         x[i][10] = f[i].defs.iter().filter(|d| text_ids.contains(*d)).map(|d| 1.0 / df[d.as_str()]).sum();
+        let s = stem(&candidates[i].path);
+        x[i][NAMED_IN_TEXT] = f64::from(u8::from(s.len() >= 4 && text_ids.contains(&s)));
     }
 
     let history_files = if q.history.iter().any(|e| !e.renames.is_empty()) {
@@ -457,16 +528,39 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
         let mut co: HashMap<&str, f64> = HashMap::new();
         let mut co_recent: HashMap<&str, f64> = HashMap::new();
         let mut prior: HashMap<&str, f64> = HashMap::new();
+        let mut recent: HashMap<&str, f64> = HashMap::new();
+        // Per visible file: how often it changed, and how often each other file changed with
+        // it (decayed): P(candidate | that file changed), which a hub file does not inflate.
+        let mut n_changed: HashMap<&str, f64> = HashMap::new();
+        let mut pair: HashMap<(&str, &str), f64> = HashMap::new();
         let h = q.history.len();
         for (k, files) in history_files.iter().enumerate() {
             let decay = 0.5f64.powf((h - k) as f64 / HALF_LIFE_CHANGES);
-            let touches = files.iter().any(|p| changed_set.contains(p));
+            let fresh = 0.5f64.powf((h - k) as f64 / RECENT_HALF_LIFE);
+            let touched: Vec<&str> = files.iter().filter(|p| changed_set.contains(p)).map(|p| p.as_str()).collect();
+            for v in &touched {
+                *n_changed.entry(v).or_default() += decay;
+            }
             for p in files {
                 *prior.entry(p.as_str()).or_default() += decay;
-                if touches && !changed_set.contains(p) {
+                *recent.entry(p.as_str()).or_default() += fresh;
+                if !touched.is_empty() && !changed_set.contains(p) {
                     *co.entry(p.as_str()).or_default() += 1.0;
                     *co_recent.entry(p.as_str()).or_default() += decay;
+                    for v in &touched {
+                        *pair.entry((p.as_str(), v)).or_default() += decay;
+                    }
                 }
+            }
+        }
+        // Callers: a candidate that uses a name a visible file defines, the more so the fewer
+        // candidates use it.
+        let changed_defs: HashSet<String> = q.changed_content.values().flat_map(|c| definitions(c)).collect();
+        let mut users: HashMap<&str, f64> = HashMap::new();
+        for d in &changed_defs {
+            let k = f.iter().filter(|x| x.ids.contains(d)).count();
+            if k > 0 {
+                users.insert(d.as_str(), k as f64);
             }
         }
 
@@ -475,6 +569,17 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
         let visible_code: Vec<&String> = q.changed.iter().filter(|p| crate::lang::language(p).is_some()).collect();
         let has_tests = visible_code.iter().any(|p| is_test(p));
         let has_source = visible_code.iter().any(|p| !is_test(p));
+
+        // A change that touched most files of a directory (a sweep over examples/, a rename
+        // of every module) likely touched the rest: the share of each directory it changed.
+        let mut dir_changed: HashMap<&str, f64> = HashMap::new();
+        for p in q.changed {
+            *dir_changed.entry(dir(p)).or_default() += 1.0;
+        }
+        let mut dir_unchanged: HashMap<&str, f64> = HashMap::new();
+        for c in candidates {
+            *dir_unchanged.entry(dir(&c.path)).or_default() += 1.0;
+        }
 
         let paths = Bm25::new(candidates.iter().map(|c| c.path.as_str()));
         let path_terms = paths.scores(&q.changed.join(" "));
@@ -486,13 +591,41 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
             let names_changed = f[i].import_names.iter().any(|n| changed_stems.contains(n));
             x[i][4] = f64::from(u8::from(names_changed)) + f64::from(u8::from(changed_names.contains(&s)));
             let is_test_of_changed = tested_stem(&c.path).is_some_and(|t| changed_stems.contains(&t));
-            x[i][5] = f64::from(u8::from(is_test_of_changed || changed_tested.contains(&s)));
+            x[i][5] = if is_test_of_changed || changed_tested.contains(&s) {
+                1.0
+            } else {
+                let fuzzy = match tested_stem(&c.path) {
+                    Some(t) => changed_stems.iter().any(|m| names_match(&t, m)),
+                    None => changed_tested.iter().any(|t| names_match(t, &s)),
+                };
+                if fuzzy {
+                    0.5
+                } else {
+                    0.0
+                }
+            };
             x[i][6] = co.get(c.path.as_str()).copied().unwrap_or(0.0);
             x[i][7] = co_recent.get(c.path.as_str()).copied().unwrap_or(0.0);
             x[i][8] = prior.get(c.path.as_str()).copied().unwrap_or(0.0);
             x[i][9] = f64::from(u8::from(changed_dirs.contains(dir(&c.path))));
             x[i][11] = f[i].defs.iter().filter(|d| changed_ids.contains(*d)).map(|d| 1.0 / df[d.as_str()]).sum();
             x[i][12] = f64::from(u8::from(if is_test(&c.path) { !has_tests } else { !has_source }));
+            let mut conf_max = 0.0f64;
+            let mut conf_sum = 0.0f64;
+            for v in q.changed.iter().map(String::as_str) {
+                if let Some(co) = pair.get(&(c.path.as_str(), v)) {
+                    let conf = co / (n_changed.get(v).copied().unwrap_or(0.0) + 1.0);
+                    conf_max = conf_max.max(conf);
+                    conf_sum += conf;
+                }
+            }
+            x[i][COCHANGE_CONF] = conf_max;
+            x[i][COCHANGE_CONF_SUM] = conf_sum;
+            x[i][CALLERS] = users.iter().filter(|(d, _)| f[i].ids.contains(**d)).map(|(_, k)| 1.0 / k).sum::<f64>();
+            x[i][RECENT_TOUCH] = recent.get(c.path.as_str()).copied().unwrap_or(0.0);
+            let d = dir(&c.path);
+            let done = dir_changed.get(d).copied().unwrap_or(0.0);
+            x[i][DIR_SHARE] = done / (done + dir_unchanged[d]);
         }
     }
     for (i, c) in candidates.iter().enumerate() {
@@ -523,6 +656,12 @@ mod tests {
         assert_eq!(tested_stem("src/OpsTest.java").as_deref(), Some("ops"));
         assert_eq!(tested_stem("web/format.test.js").as_deref(), Some("format"));
         assert_eq!(tested_stem("calc/ops.py"), None);
+        // The old layout of pallets/jinja: tests named after their module inside a test package.
+        assert_eq!(tested_stem("jinja2/testsuite/filters.py").as_deref(), Some("filters"));
+        assert_eq!(tested_stem("tests/res/__init__.py"), None);
+        assert!(names_match("loader", "loaders") && names_match("async", "asyncsupport"));
+        assert!(names_match("lexnparse", "parser") && !names_match("api", "environment"));
+        assert!(!names_match("filters", "filters"), "equal names are the exact match, not this one");
         let py = imported_names("import os\nfrom calc.ops import divide\n");
         assert!(py.contains("ops") && py.contains("calc") && py.contains("os"));
         let rs = imported_names("use crate::lexer::Token;\n");
@@ -603,6 +742,56 @@ mod tests {
         assert_eq!(x[1][f("cochange")], x[2][f("cochange")]);
         assert!(x[2][f("cochange_recent")] > 10.0 * x[1][f("cochange_recent")]);
         // The one earlier change whose text shares a word ("fails") changed new.py.
-        assert_eq!((x[1][f("similar_changes")], x[2][f("similar_changes")]), (0.0, 1.0));
+        assert_eq!((x[1][f("similar_changes")], x[2][f("similar_changes")]), (0.0, 1.0)); // P(candidate | rules.py changed): each of old.py and new.py changed in one of rules.py's
+                                                                                          // two earlier changes, new.py more recently.
+        assert!(x[2][f("cochange_conf")] == 1.0 && x[1][f("cochange_conf")] > 0.0);
+        // map.py uses no name rules.py defines; old.py and new.py none either.
+        assert_eq!(x[0][f("callers")], 0.0);
+    }
+
+    #[test]
+    fn callers_and_directory_sweeps() {
+        let cand = |p: &str, c: &str| Candidate {
+            path: p.into(),
+            blob: p.into(),
+            content: c.into(),
+            embedding_similarity: 0.0,
+        };
+        let candidates = vec![
+            cand(
+                "app/views.py",
+                "from .forms import validate_login
+validate_login(request)
+",
+            ),
+            cand(
+                "app/models.py",
+                "class User:
+    pass
+",
+            ),
+            cand(
+                "examples/c.py",
+                "print('c')
+",
+            ),
+        ];
+        let changed = vec!["app/forms.py".to_string(), "examples/a.py".to_string(), "examples/b.py".to_string()];
+        let content: HashMap<String, Arc<str>> = [(
+            "app/forms.py".to_string(),
+            Arc::from(
+                "def validate_login(r):
+    return r
+",
+            ),
+        )]
+        .into();
+        let q = Query { text: "login", changed: &changed, changed_content: &content, history: &[], use_paths: true };
+        let (x, _) = features(&q, &candidates, &mut FactsCache::default());
+        let f = |name: &str| FEATURES.iter().position(|n| *n == name).unwrap();
+        assert_eq!((x[0][f("callers")], x[1][f("callers")]), (1.0, 0.0), "views.py calls validate_login");
+        // examples/: 2 of its 3 files changed; app/: 1 of 3.
+        assert_eq!(x[2][f("dir_share")], 1.0);
+        assert!((x[0][f("dir_share")] - 0.5).abs() < 1e-9, "{}", x[0][f("dir_share")]);
     }
 }
