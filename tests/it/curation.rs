@@ -260,7 +260,7 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
     // repositories have too few earlier PRs to learn from, so the config's.
     assert_eq!(models.len(), 1, "{models:?}");
     let model = models.first().unwrap();
-    assert!(model.starts_with("hybrid-minilm+all-MiniLM-L6-v2-int8 [first stage config: bm25=0.950,"), "{model}");
+    assert!(model.starts_with("hybrid-minilm+all-MiniLM-L6-v2-int8 [first stage config: bm25=1.210,"), "{model}");
     assert!(model.contains("top 30 re-ranked config:") && model.contains("embedding=0.750"), "{model}");
     // Relevant files are never files the PR changed, and their contents are in file_blobs.
     assert_eq!(
