@@ -649,6 +649,10 @@ pub fn order(scores: &[f64], candidates: &[Candidate]) -> Vec<usize> {
 mod tests {
     use super::*;
 
+    fn cand(p: &str, c: &str) -> Candidate {
+        Candidate { path: p.into(), blob: p.into(), content: c.into(), embedding_similarity: 0.0 }
+    }
+
     #[test]
     fn test_and_import_relations() {
         assert_eq!(tested_stem("tests/test_ops.py").as_deref(), Some("ops"));
@@ -672,12 +676,6 @@ mod tests {
 
     #[test]
     fn structure_lifts_the_related_file_over_text_matches() {
-        let cand = |p: &str, c: &str| Candidate {
-            path: p.into(),
-            blob: String::new(),
-            content: c.into(),
-            embedding_similarity: 0.0,
-        };
         let candidates = vec![
             cand(
                 "tests/test_ops.py",
@@ -707,12 +705,6 @@ mod tests {
     fn definitions_and_history_features() {
         let defs = definitions("class Map:\n    def bind_to_environ(self):\n        pass\n    def __init__(self): ...\nfunc (r *Router) Handle() {}\npub fn parse_expr() {}\n");
         assert_eq!(defs, vec!["bind_to_environ", "handle", "parse_expr"]);
-        let cand = |p: &str, c: &str| Candidate {
-            path: p.into(),
-            blob: p.into(),
-            content: c.into(),
-            embedding_similarity: 0.0,
-        };
         let candidates = vec![
             cand("src/app/map.py", "class Map:\n    def bind_to_environ(self):\n        pass\n"),
             cand("src/app/old.py", "x = 1\n"),
@@ -751,12 +743,6 @@ mod tests {
 
     #[test]
     fn callers_and_directory_sweeps() {
-        let cand = |p: &str, c: &str| Candidate {
-            path: p.into(),
-            blob: p.into(),
-            content: c.into(),
-            embedding_similarity: 0.0,
-        };
         let candidates = vec![
             cand(
                 "app/views.py",
