@@ -148,17 +148,24 @@ impl Lake {
     }
 
     /// Whether a Delta table of this name exists.
+    ///
+    /// Only a committed version counts: a writer creating the table puts a temporary commit file
+    /// into `_delta_log` before its first version appears, and a reader that took that for a
+    /// table would fail on an empty log.
     pub async fn has_table(&self, name: &str) -> Result<bool> {
         if let Some(root) = &self.local {
-            return Ok(root.join(name).join("_delta_log").is_dir());
+            return local_has_table(&root.join(name));
         }
         let (store, log) = self.object(&format!("{name}/_delta_log"));
         let mut listing = store.list(Some(&log));
-        match listing.next().await {
-            None => Ok(false),
-            Some(Ok(_)) => Ok(true),
-            Some(Err(e)) => Err(anyhow::Error::new(e).context(format!("listing {}/{name}", self.location()))),
+        while let Some(item) = listing.next().await {
+            let meta =
+                item.map_err(|e| anyhow::Error::new(e).context(format!("listing {}/{name}", self.location())))?;
+            if meta.location.filename().is_some_and(is_log_entry) {
+                return Ok(true);
+            }
         }
+        Ok(false)
     }
 
     /// Names of all Delta tables in the lake, sorted.
@@ -167,7 +174,7 @@ impl Lake {
         if let Some(root) = &self.local {
             for entry in std::fs::read_dir(root).with_context(|| format!("listing {}", root.display()))? {
                 let entry = entry?;
-                if entry.path().join("_delta_log").is_dir() {
+                if local_has_table(&entry.path())? {
                     if let Some(name) = entry.file_name().to_str() {
                         out.push(name.to_string());
                     }
@@ -202,8 +209,20 @@ impl Lake {
             bail!("table `{name}` does not exist in lake {}", self.location());
         }
         let mut table = self.builder(name)?.build()?;
-        table.load().await.with_context(|| format!("opening table `{name}`"))?;
-        Ok(table)
+        // A store's listing can briefly lag a version another writer just put (the log is
+        // then listed empty): wait a little for it rather than fail the run.
+        let mut wait = std::time::Duration::from_millis(100);
+        loop {
+            match table.load().await {
+                Ok(()) => return Ok(table),
+                Err(e) if wait.as_millis() <= 1600 && e.to_string().contains("No files in log segment") => {
+                    tracing::debug!(table = name, error = %e, "the log listed empty; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                Err(e) => return Err(anyhow::Error::new(e).context(format!("opening table `{name}`"))),
+            }
+        }
     }
 
     /// Opens a table, creating it empty with `schema` (partition columns included, listed in
@@ -664,6 +683,26 @@ pub fn session_config() -> Result<SessionConfig> {
 }
 
 /// The table's directory name, from its URL.
+/// Whether a file name in `_delta_log` is a committed version or a checkpoint (not a writer's
+/// temporary file).
+fn is_log_entry(name: &str) -> bool {
+    let version = name.split('.').next().unwrap_or("");
+    let numbered = version.len() == 20 && version.bytes().all(|b| b.is_ascii_digit());
+    name == "_last_checkpoint" || (numbered && (name.ends_with(".json") || name.ends_with(".parquet")))
+}
+
+fn local_has_table(dir: &Path) -> Result<bool> {
+    let log = dir.join("_delta_log");
+    let Ok(entries) = std::fs::read_dir(&log) else { return Ok(false) };
+    for entry in entries {
+        let entry = entry.with_context(|| format!("listing {}", log.display()))?;
+        if entry.file_name().to_str().is_some_and(is_log_entry) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
 fn table_name_of(table: &DeltaTable) -> String {
     table.table_url().path_segments().and_then(|mut s| s.rfind(|p| !p.is_empty())).unwrap_or_default().to_string()
 }
@@ -690,4 +729,24 @@ pub(crate) async fn put_file(store: &dyn ObjectStore, path: &ObjectPath, local: 
     }
     upload.finish().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_log_entry;
+
+    #[test]
+    fn only_committed_versions_make_a_table() {
+        for name in [
+            "00000000000000000000.json",
+            "00000000000000000010.checkpoint.parquet",
+            "00000000000000000010.checkpoint.0000000001.0000000002.parquet",
+            "_last_checkpoint",
+        ] {
+            assert!(is_log_entry(name), "{name}");
+        }
+        for name in ["_commit_3f1c.json.tmp", "0000000000000000000.json", "00000000000000000000.crc", "x.json"] {
+            assert!(!is_log_entry(name), "{name}");
+        }
+    }
 }
