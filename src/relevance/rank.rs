@@ -307,14 +307,23 @@ fn tested_stem(path: &str) -> Option<String> {
     let is_test_name = name.contains(".test.")
         || name.contains(".spec.")
         || (in_test_dir && !lower.starts_with("__") && lower != "conftest");
+    // Fixtures (`conftest.py`) and package files (`__init__.py`) test no module of their name.
+    if lower == "conftest" || lower.starts_with("__") {
+        return None;
+    }
     if let Some(s) = lower.strip_prefix("test_") {
         return Some(s.to_string());
     }
-    for suffix in ["_test", "_tests", "test", "tests", "_spec", "spec"] {
-        if let Some(s) = lower.strip_suffix(suffix) {
-            if !s.is_empty() {
-                return Some(s.trim_end_matches('_').to_string());
-            }
+    for suffix in ["_test", "_tests", "_spec"] {
+        if let Some(s) = lower.strip_suffix(suffix).filter(|s| !s.is_empty()) {
+            return Some(s.trim_end_matches('_').to_string());
+        }
+    }
+    // Without a separator only the camel-case form (`OpsTest.java`) is a test name: lower-case
+    // words merely end so (`latest.py`, `manifest.py`).
+    for suffix in ["Test", "Tests", "Spec"] {
+        if let Some(s) = base.strip_suffix(suffix).filter(|s| !s.is_empty()) {
+            return Some(s.to_lowercase());
         }
     }
     is_test_name.then_some(lower)
@@ -663,6 +672,9 @@ mod tests {
         // The old layout of pallets/jinja: tests named after their module inside a test package.
         assert_eq!(tested_stem("jinja2/testsuite/filters.py").as_deref(), Some("filters"));
         assert_eq!(tested_stem("tests/res/__init__.py"), None);
+        assert_eq!(tested_stem("tests/conftest.py"), None);
+        assert_eq!(tested_stem("pkg/latest.py"), None);
+        assert_eq!(tested_stem("tests/latest.py").as_deref(), Some("latest"));
         assert!(names_match("loader", "loaders") && names_match("async", "asyncsupport"));
         assert!(names_match("lexnparse", "parser") && !names_match("api", "environment"));
         assert!(!names_match("filters", "filters"), "equal names are the exact match, not this one");
