@@ -261,6 +261,7 @@ async fn run_held(
     let new_view = ctx.sql(&format!("SELECT * FROM {input} WHERE {filter}")).await?;
     ctx.register_table(format!("{input}_new").as_str(), new_view.into_view())?;
 
+    let started = std::time::Instant::now();
     let file = step.file.as_str();
     let sql = registry.sql(file).with_context(|| format!("no SQL file {file}"))?;
     let result = normalize(ctx.sql(sql).await.with_context(|| format!("planning {file}"))?)?;
@@ -282,6 +283,7 @@ async fn run_held(
         WriteMode::Overwrite => overwrite(lake, &opts.engine, output, result, &target).await?,
     };
     summary.rows_out = rows;
+    tracing::debug!(job = %job.name, rows, seconds = started.elapsed().as_secs_f64(), "computed, written and committed");
 
     let mut records: Vec<RunRecord> = todo
         .iter()
@@ -305,6 +307,7 @@ async fn run_held(
         summary.partitions.push("__also_due".into());
     }
     runs::record_all(lake, &records).await?;
+    tracing::debug!(job = %job.name, seconds = started.elapsed().as_secs_f64(), "run recorded");
 
     if !write.report.is_empty() {
         // Over the lake as this run left it, on the same engine.
@@ -314,6 +317,7 @@ async fn run_held(
                 summary.notes.insert(if k.is_empty() { name.clone() } else { format!("{name}:{k}") }, v);
             }
         }
+        tracing::debug!(job = %job.name, seconds = started.elapsed().as_secs_f64(), "reported");
     }
     Ok(summary)
 }
@@ -475,6 +479,7 @@ async fn upsert(
 ) -> Result<(u64, Option<i64>)> {
     let batches: Vec<RecordBatch> = result.collect().await?.iter().map(|b| target.conform(b)).collect::<Result<_>>()?;
     let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
+    tracing::debug!(output, rows, "computed the rows to upsert");
     if rows == 0 {
         return Ok((0, None));
     }

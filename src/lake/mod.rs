@@ -682,7 +682,6 @@ pub fn session_config() -> Result<SessionConfig> {
     Ok(config.with_information_schema(true))
 }
 
-/// The table's directory name, from its URL.
 /// Whether a file name in `_delta_log` is a committed version or a checkpoint (not a writer's
 /// temporary file).
 fn is_log_entry(name: &str) -> bool {
@@ -703,6 +702,7 @@ fn local_has_table(dir: &Path) -> Result<bool> {
     Ok(false)
 }
 
+/// The table's directory name, from its URL.
 fn table_name_of(table: &DeltaTable) -> String {
     table.table_url().path_segments().and_then(|mut s| s.rfind(|p| !p.is_empty())).unwrap_or_default().to_string()
 }
