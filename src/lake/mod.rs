@@ -149,9 +149,10 @@ impl Lake {
 
     /// Whether a Delta table of this name exists.
     ///
-    /// Only a committed version counts: a writer creating the table puts a temporary commit file
-    /// into `_delta_log` before its first version appears, and a reader that took that for a
-    /// table would fail on an empty log.
+    /// Only a committed version counts: while a writer creates the table, `_delta_log` can hold
+    /// only its staging file (the local store writes `…0.json#1` and then links it), and a killed
+    /// run can leave the directory empty; a reader that took either for a table would fail on
+    /// an empty log.
     pub async fn has_table(&self, name: &str) -> Result<bool> {
         if let Some(root) = &self.local {
             return local_has_table(&root.join(name));
@@ -745,7 +746,13 @@ mod tests {
         ] {
             assert!(is_log_entry(name), "{name}");
         }
-        for name in ["_commit_3f1c.json.tmp", "0000000000000000000.json", "00000000000000000000.crc", "x.json"] {
+        for name in [
+            "_commit_3f1c.json.tmp",
+            "00000000000000000000.json#1",
+            "0000000000000000000.json",
+            "00000000000000000000.crc",
+            "x.json",
+        ] {
             assert!(!is_log_entry(name), "{name}");
         }
     }
