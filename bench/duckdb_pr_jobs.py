@@ -30,9 +30,13 @@ SQL = os.path.join(HERE, "..", "sql")
 
 def port(sql):
     """swelake's SQL in DuckDB's dialect, for a first run over the whole lake: DataFusion's
-    `first_value(x ORDER BY ...)` aggregate is DuckDB's `first(x ORDER BY ...)`, and the job's
-    `{input}_new` views (the partitions a run processes) are the whole inputs."""
+    `first_value(x ORDER BY ...)` aggregate is DuckDB's `first(x ORDER BY ...)`, swelake's
+    `latest_by(x, at, tiebreak)` is `first(x ORDER BY at DESC, tiebreak DESC)` (DuckDB's
+    fastest form of it here: 0.64 s for pull_requests against 0.85 s with `arg_max(x, (at,
+    tiebreak))`), and the job's `{input}_new` views (the partitions a run processes) are the
+    whole inputs."""
     sql = re.sub(r"\bfirst_value\(", "first(", sql)
+    sql = re.sub(r"\blatest_by\(([^,()]+), ([^,()]+), ([^,()]+)\)", r"first(\1 ORDER BY \2 DESC, \3 DESC)", sql)
     return re.sub(r"\b(events|pr_timeline)_new\b", r"\1", sql)
 
 

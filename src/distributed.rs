@@ -34,7 +34,7 @@ use datafusion::datasource::listing::{ListingOptions, ListingTable, ListingTable
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
-use datafusion::logical_expr::{col, lit, Expr, ScalarUDF};
+use datafusion::logical_expr::{col, lit, AggregateUDF, Expr, ScalarUDF};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion_proto::logical_plan::LogicalExtensionCodec;
 use datafusion_proto::physical_plan::PhysicalExtensionCodec;
@@ -110,6 +110,15 @@ fn decode_udf(name: &str, buf: &[u8]) -> datafusion::common::Result<Arc<ScalarUD
     crate::filters::udf::decode(name, buf).map(Arc::new).map_err(udf_error)
 }
 
+fn decode_udaf(name: &str) -> datafusion::common::Result<Arc<AggregateUDF>> {
+    crate::udfs::aggregates()
+        .into_iter()
+        .map(Arc::new)
+        .chain(datafusion::functions_aggregate::all_default_aggregate_functions())
+        .find(|f| f.name() == name || f.aliases().iter().any(|a| a == name))
+        .ok_or_else(|| DataFusionError::Plan(format!("no SQL aggregate function `{name}` in this swelake")))
+}
+
 #[derive(Debug, Default)]
 pub struct LogicalCodec {
     inner: BallistaLogicalExtensionCodec,
@@ -182,6 +191,10 @@ impl LogicalExtensionCodec for LogicalCodec {
         encode_udf(node, buf);
         Ok(())
     }
+
+    fn try_decode_udaf(&self, name: &str, _buf: &[u8]) -> datafusion::common::Result<Arc<AggregateUDF>> {
+        decode_udaf(name)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -222,6 +235,10 @@ impl PhysicalExtensionCodec for PhysicalCodec {
     fn try_encode_udf(&self, node: &ScalarUDF, buf: &mut Vec<u8>) -> datafusion::common::Result<()> {
         encode_udf(node, buf);
         Ok(())
+    }
+
+    fn try_decode_udaf(&self, name: &str, _buf: &[u8]) -> datafusion::common::Result<Arc<AggregateUDF>> {
+        decode_udaf(name)
     }
 }
 
@@ -291,6 +308,9 @@ fn state(
         .build();
     for f in crate::udfs::all() {
         datafusion::execution::FunctionRegistry::register_udf(&mut state, Arc::new(f))?;
+    }
+    for f in crate::udfs::aggregates() {
+        datafusion::execution::FunctionRegistry::register_udaf(&mut state, Arc::new(f))?;
     }
     Ok(state)
 }
@@ -416,6 +436,9 @@ pub async fn executor(o: &ExecutorOptions, options: &BTreeMap<String, String>) -
     let mut registry = BallistaFunctionRegistry::default();
     for f in crate::udfs::all() {
         registry.scalar_functions.insert(f.name().to_string(), Arc::new(f));
+    }
+    for f in crate::udfs::aggregates() {
+        registry.aggregate_functions.insert(f.name().to_string(), Arc::new(f));
     }
     let opts = options.clone();
     let config = ExecutorProcessConfig {

@@ -1,7 +1,7 @@
 //! Every swelake SQL function, registered in one place so `swelake sql`, the jobs, the
 //! Ballista scheduler and executors, and the tests all see the same set.
 
-use datafusion::logical_expr::ScalarUDF;
+use datafusion::logical_expr::{AggregateUDF, ScalarUDF};
 use datafusion::prelude::SessionContext;
 
 /// The functions, the filter predicates with the built-in config (jobs run with `--config`
@@ -16,8 +16,16 @@ pub fn all() -> Vec<ScalarUDF> {
     out
 }
 
+/// The aggregate functions.
+pub fn aggregates() -> Vec<AggregateUDF> {
+    vec![crate::prs::latest::latest_by_udaf()]
+}
+
 pub fn register_all(ctx: &SessionContext) {
     for f in all() {
         ctx.register_udf(f);
+    }
+    for f in aggregates() {
+        ctx.register_udaf(f);
     }
 }

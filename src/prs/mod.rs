@@ -5,6 +5,7 @@
 //! records (`from_git`, the `prs_from_git` job), for when the archive is silent.
 
 pub mod from_git;
+pub(crate) mod latest;
 pub(crate) mod links;
 pub(crate) mod udf;
 
