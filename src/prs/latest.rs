@@ -285,9 +285,18 @@ impl LatestGroups {
         Ok((interleave(&values, &idx)?, interleave(&tiebreaks, &idx)?))
     }
 
-    /// Superseded rows are dropped: the live ones move into one chunk.
+    /// Superseded rows are dropped: the live ones move into one chunk. String views would
+    /// still point into every input batch they came from: `gc` copies out the live strings.
     fn compact(&mut self) -> Result<()> {
         let (v, t) = self.gather(&self.slot)?;
+        let gc = |a: ArrayRef| -> ArrayRef {
+            match a.data_type() {
+                DataType::Utf8View => Arc::new(a.as_string_view().gc()),
+                DataType::BinaryView => Arc::new(a.as_binary_view().gc()),
+                _ => a,
+            }
+        };
+        let (v, t) = (gc(v), gc(t));
         for (g, s) in self.slot.iter_mut().enumerate() {
             if s.0 != NONE {
                 *s = (0, g as u32);
@@ -458,6 +467,24 @@ mod tests {
         // Many groups, and few groups with many rows each (superseded rows get compacted).
         check(20_000, 700).await;
         check(20_000, 3).await;
+    }
+
+    #[test]
+    fn compacting_string_views_keeps_the_newest_values() {
+        let mut acc = LatestGroups::new(DataType::Utf8View, DataType::Utf8View);
+        let ids: ArrayRef = Arc::new(arrow::array::StringViewArray::from(vec!["a"; 2]));
+        for round in 0..100i64 {
+            let long = format!("a value longer than twelve bytes, round {round}");
+            let values: ArrayRef = Arc::new(arrow::array::StringViewArray::from(vec![long.as_str(), "short"]));
+            acc.offer(&values, &Int64Array::from(vec![round; 2]), &ids, &[0, 1], None, 2).unwrap();
+        }
+        assert!(acc.chunks.len() < 100);
+        let out = acc.evaluate(EmitTo::All).unwrap();
+        let out: Vec<_> = out.as_string_view().iter().map(|v| v.map(str::to_string)).collect();
+        assert_eq!(
+            out,
+            vec![Some("a value longer than twelve bytes, round 99".to_string()), Some("short".to_string())]
+        );
     }
 
     #[test]
