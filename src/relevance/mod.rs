@@ -644,7 +644,8 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     } else {
         None
     };
-    let mut cache = EmbeddingCache::load(lake, encoder::MODEL_NAME).await?;
+    let space = embedding_space(&cfg);
+    let mut cache = EmbeddingCache::load(lake, &space).await?;
     let mut facts = FactsCache::default();
     let fingerprint = fit_fingerprint(&cfg, enc.as_ref().map(|e| e.name));
     let stored = if cfg.ranker == Ranker::Hybrid && cfg.learn { stored_fits(lake).await? } else { HashMap::new() };
@@ -728,9 +729,9 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     }
     // The cache and the blobs first, the PRs' rows last: a PR with rows is done, so a run that
     // stops before them redoes the PRs (from the cache) and loses nothing.
-    if let Some(b) = cache.take_new_batch(encoder::MODEL_NAME)? {
+    if let Some(b) = cache.take_new_batch(&space)? {
         // Insert-if-absent: a worker of another shard may have embedded the same blobs.
-        let scope = format!("model = '{}'", encoder::MODEL_NAME.replace('\'', "''"));
+        let scope = format!("model = '{}'", space.replace('\'', "''"));
         lake.insert_absent(BLOB_EMBEDDINGS, &b, &["blob_sha", "chunk"], Some(&scope), &[]).await?;
     }
     blobs::insert_absent(lake, blobs).await?;
@@ -995,6 +996,21 @@ fn loo_recall(
     Ok((cases, [hits[0] as f64 / n, hits[1] as f64 / n, hits[2] as f64 / n]))
 }
 
+/// What `blob_embeddings.model` records: the encoder, and the chunk size when it is not the
+/// one the first lakes were made with (chunk `i` of a blob is other text at another size, so
+/// vectors cached at one size are never read at another).
+pub fn embedding_space(cfg: &RelevanceConfig) -> String {
+    if cfg.chunk_chars == BEFORE_CHUNK_CHARS {
+        encoder::MODEL_NAME.to_string()
+    } else {
+        format!("{}/chunk_chars={}", encoder::MODEL_NAME, cfg.chunk_chars)
+    }
+}
+
+/// Chunking of the relevance stage before re-ranking (`bench relevance`'s baseline).
+pub const BEFORE_CHUNK_CHARS: usize = 1500;
+pub const BEFORE_MAX_CHUNKS: usize = 8;
+
 /// One side of `swelake bench relevance`.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchSide {
@@ -1035,7 +1051,14 @@ pub async fn bench_sides(
     }
     let ctx = RepoContext::new(repo, repo_name, w);
     let mut out = Vec::new();
-    let every_chunk = RelevanceConfig { embed_chunks: 0, ..cfg.clone() };
+    // The stage as it was, whatever the config's chunking now: every chunk of every
+    // candidate, in chunks of 1,500 characters, at most 8 per file.
+    let every_chunk = RelevanceConfig {
+        embed_chunks: 0,
+        chunk_chars: BEFORE_CHUNK_CHARS,
+        max_chunks: BEFORE_MAX_CHUNKS,
+        ..cfg.clone()
+    };
     for (name, rerank, by_length, cfg) in [
         ("before: encoder on every candidate", usize::MAX, false, &every_chunk),
         ("now: cheap stage, encoder on the top", cfg.rerank, true, cfg),
@@ -1495,4 +1518,21 @@ pub async fn changes_from_lake(lake: &Lake, repo_name: &str) -> Result<Vec<EvalC
     }
     // A change that only added files has nothing to hide but is still history.
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_vectors_are_keyed_by_chunk_size() {
+        let at = |chunk_chars| embedding_space(&RelevanceConfig { chunk_chars, ..Default::default() });
+        // Lakes made at the first chunk size keep their cache; another size is another space.
+        assert_eq!(at(BEFORE_CHUNK_CHARS), encoder::MODEL_NAME);
+        assert_ne!(at(800), at(BEFORE_CHUNK_CHARS));
+        assert_ne!(at(800), at(900));
+        // Chunk 1 of a file is other text at another size: a vector cached at one is wrong at the other.
+        let text: String = (0..200).map(|i| format!("line {i} of the file\n")).collect();
+        assert_ne!(chunks("f.py", &text, 800, 16)[1], chunks("f.py", &text, BEFORE_CHUNK_CHARS, 8)[1]);
+    }
 }
