@@ -7,8 +7,9 @@
 //! sorted by group (most of `pull_requests`' time: one window partition per PR) or, without
 //! the window, as a row-at-a-time accumulator. This one is a hash-aggregation accumulator:
 //! one integer comparison per row, the tiebreak compared only on equal `at`, and the values
-//! copied with one `take` per batch instead of one per row. (DuckDB: `arg_max(value, (at,
-//! tiebreak))`; Spark: `max_by(value, struct(at, tiebreak))`.)
+//! copied with one `take` per batch instead of one per row. (DuckDB: `first(value ORDER BY at
+//! DESC, tiebreak DESC)`, as `bench/duckdb_pr_jobs.py` ports it; Spark: `max_by(value,
+//! struct(at, tiebreak))`.)
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -58,6 +59,11 @@ fn at_values(a: &ArrayRef) -> Result<Int64Array> {
     Ok(a.as_primitive::<Int64Type>().clone())
 }
 
+/// The type of the third argument (the signature guarantees three).
+fn tiebreak_type(args: &AccumulatorArgs) -> DataType {
+    args.expr_fields.get(2).map_or(DataType::Utf8, |f| f.data_type().clone())
+}
+
 fn tiebreak_cmp(a: &dyn Array, i: usize, b: &dyn Array, j: usize) -> Result<Ordering> {
     let (x, y) = (ScalarValue::try_from_array(a, i)?, ScalarValue::try_from_array(b, j)?);
     x.partial_cmp(&y).map_or_else(|| exec_err!("{NAME}: cannot compare {x:?} with {y:?}"), Ok)
@@ -80,8 +86,11 @@ impl AggregateUDFImpl for LatestBy {
     }
 
     fn accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn Accumulator>> {
-        let tiebreak_type = args.expr_fields.get(2).map_or(DataType::Utf8, |f| f.data_type().clone());
-        Ok(Box::new(LatestRow { value_type: args.return_type().clone(), tiebreak_type, best: None }))
+        Ok(Box::new(LatestRow {
+            value_type: args.return_type().clone(),
+            tiebreak_type: tiebreak_type(&args),
+            best: None,
+        }))
     }
 
     fn state_fields(&self, args: StateFieldsArgs) -> Result<Vec<FieldRef>> {
@@ -98,8 +107,7 @@ impl AggregateUDFImpl for LatestBy {
     }
 
     fn create_groups_accumulator(&self, args: AccumulatorArgs) -> Result<Box<dyn GroupsAccumulator>> {
-        let tiebreak = args.expr_fields.get(2).map_or(DataType::Utf8, |f| f.data_type().clone());
-        Ok(Box::new(LatestGroups::new(args.return_type().clone(), tiebreak)))
+        Ok(Box::new(LatestGroups::new(args.return_type().clone(), tiebreak_type(&args))))
     }
 }
 
