@@ -41,7 +41,7 @@ use object_store::ObjectStore;
 use serde::{Deserialize, Serialize};
 use url::Url;
 
-use crate::lake::{conform, writer_properties, Codec, ColumnStats, StagedFile, TableWriter};
+use crate::lake::{conform_for_writer, writer_properties, Codec, ColumnStats, StagedFile, TableWriter};
 
 /// What starts an encoded [`LakeWriteNode`] or [`LakeWriteExec`] (Ballista's own nodes are
 /// protobuf messages, which never start with these bytes).
@@ -371,7 +371,7 @@ async fn write_partition(
         writer = writer.keyed_by_partition();
     }
     while let Some(batch) = input.next().await {
-        writer.write(&conform(target, &batch?)?)?;
+        writer.write(&conform_for_writer(target, &batch?)?)?;
     }
     let files = writer.finish()?;
     let root = ObjectPath::from_url_path(url.path()).with_context(|| format!("the path of {url}"))?;

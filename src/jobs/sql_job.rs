@@ -99,7 +99,8 @@ fn storage_type(t: &DataType) -> DataType {
     }
 }
 
-/// Casts every column to its storage type, keeping names and order.
+/// Casts every column to its storage type, keeping names and order; string and binary views
+/// stay views, which the writer stores as their plain types ([`crate::lake::written_as`]).
 fn normalize(df: DataFrame) -> Result<DataFrame> {
     use datafusion::logical_expr::{cast, col};
     let exprs: Vec<_> = df
@@ -109,7 +110,7 @@ fn normalize(df: DataFrame) -> Result<DataFrame> {
         .map(|f| {
             let c = col(datafusion::common::Column::from_name(f.name()));
             let t = storage_type(f.data_type());
-            if &t == f.data_type() {
+            if crate::lake::written_as(f.data_type(), &t) {
                 c
             } else {
                 cast(c, t).alias(f.name())
@@ -354,7 +355,12 @@ struct Target {
 impl Target {
     fn of(output: &str, result: &Schema, file: &str) -> Result<Target> {
         let Ok(contract) = crate::schema::arrow(output) else {
-            return Ok(Target { schema: Arc::new(result.clone()), repeated: Vec::new() });
+            let fields: Vec<Field> = result
+                .fields()
+                .iter()
+                .map(|f| f.as_ref().clone().with_data_type(storage_type(f.data_type())))
+                .collect();
+            return Ok(Target { schema: Arc::new(Schema::new(fields)), repeated: Vec::new() });
         };
         let want: Vec<&str> = contract.fields().iter().map(|f| f.name().as_str()).collect();
         let have: Vec<&str> = result.fields().iter().map(|f| f.name().as_str()).collect();
@@ -378,6 +384,11 @@ impl Target {
     fn conform(&self, batch: &RecordBatch) -> Result<RecordBatch> {
         crate::lake::conform(&self.schema, batch)
     }
+
+    /// [`Target::conform`] for a [`TableWriter`], which writes string views as they are.
+    fn conform_for_writer(&self, batch: &RecordBatch) -> Result<RecordBatch> {
+        crate::lake::conform_for_writer(&self.schema, batch)
+    }
 }
 
 /// Streams the result, in the target layout, into `writer`: the rows written and their files.
@@ -389,7 +400,7 @@ async fn stream_into(
     let mut stream = result.execute_stream().await?;
     let mut rows = 0u64;
     while let Some(batch) = stream.next().await {
-        let batch = target.conform(&batch?)?;
+        let batch = target.conform_for_writer(&batch?)?;
         rows += batch.num_rows() as u64;
         writer.write(&batch)?;
     }

@@ -47,7 +47,9 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde_json::Value;
 use url::Url;
 
-pub use writer::{conform, writer_properties, Codec, ColumnStats, StagedFile, TableWriter};
+pub use writer::{
+    conform, conform_for_writer, writer_properties, written_as, Codec, ColumnStats, StagedFile, TableWriter,
+};
 
 /// A lake: its root URL, the store behind it and the options that reach it.
 #[derive(Debug, Clone)]

@@ -10,7 +10,7 @@ use std::fs::File;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Schema, SchemaRef, TimeUnit};
 use deltalake::kernel::Add;
@@ -212,6 +212,10 @@ impl TableWriter {
                 let a = col.as_string::<i32>();
                 (0..a.len()).all(|i| a.value(i) == a.value(0))
             }
+            arrow::datatypes::DataType::Utf8View => {
+                let a = col.as_string_view();
+                (0..a.len()).all(|i| a.value(i) == a.value(0))
+            }
             _ => false,
         }
     }
@@ -327,6 +331,41 @@ impl ColumnStats {
             map("nullCount").into_iter().filter_map(|(k, n)| n.as_u64().map(|n| (k, n))).collect::<BTreeMap<_, _>>();
         Ok((num_records, ColumnStats { min: map("minValues"), max: map("maxValues"), null_count }))
     }
+}
+
+/// Whether an array of type `have` is written by [`TableWriter`] into a column of type `want`
+/// as it is: the Parquet writer encodes string and binary views into the same `BYTE_ARRAY`
+/// pages as plain strings and binaries, so copying them into plain arrays first only costs
+/// (`swelake bench jobs`: the cast was a tenth of pr_timeline's CPU). Views inside lists are
+/// not: the writer checks nested types exactly.
+pub fn written_as(have: &DataType, want: &DataType) -> bool {
+    have == want
+        || matches!((have, want), (DataType::Utf8View, DataType::Utf8) | (DataType::BinaryView, DataType::Binary))
+}
+
+/// [`conform`] for a [`TableWriter`]: the same checks and casts, except that string and
+/// binary views stay views ([`written_as`]); the batch's schema says so, the file's is the
+/// table's.
+pub fn conform_for_writer(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
+    if batch.num_columns() != schema.fields().len() {
+        bail!("a batch of {} columns for a table of {}", batch.num_columns(), schema.fields().len());
+    }
+    let mut fields = Vec::with_capacity(batch.num_columns());
+    let mut columns = Vec::with_capacity(batch.num_columns());
+    for (c, f) in batch.columns().iter().zip(schema.fields()) {
+        if written_as(c.data_type(), f.data_type()) {
+            fields.push(f.as_ref().clone().with_data_type(c.data_type().clone()));
+            columns.push(c.clone());
+        } else {
+            fields.push(f.as_ref().clone());
+            columns.push(
+                arrow::compute::cast(c, f.data_type())
+                    .with_context(|| format!("column `{}`: {} into {}", f.name(), c.data_type(), f.data_type()))?,
+            );
+        }
+    }
+    let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    Ok(RecordBatch::try_new(schema, columns)?)
 }
 
 /// `batch` in a table's layout: columns cast where the query's type differs (a time zone
@@ -508,5 +547,67 @@ mod tests {
         let (enc, back) = write_payloads(unique.clone());
         assert_eq!(enc, vec![Encoding::RLE_DICTIONARY, Encoding::PLAIN], "no fallback to plain pages");
         assert_eq!(back, unique);
+    }
+
+    #[test]
+    fn string_views_are_written_as_the_tables_strings() {
+        use arrow::array::{Date32Array, ListArray, StringViewArray};
+        use arrow::datatypes::Int32Type;
+        let item = Arc::new(Field::new_list_field(DataType::Utf8, true));
+        let table = Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Utf8, false),
+            Field::new("labels", DataType::List(item), true),
+            Field::new("day", DataType::Date32, false),
+        ]));
+        let long = "a string longer than twelve bytes, kept out of line in a view".to_string();
+        let query = Arc::new(Schema::new(vec![
+            Field::new("key", DataType::Utf8View, true),
+            Field::new("labels", DataType::List(Arc::new(Field::new_list_field(DataType::Utf8View, true))), true),
+            Field::new("day", DataType::Date32, true),
+        ]));
+        let labels = ListArray::from_iter_primitive::<Int32Type, _, _>([Some(vec![Some(1)]), None]);
+        let labels = arrow::compute::cast(&labels, query.field(1).data_type()).unwrap();
+        let batch = RecordBatch::try_new(
+            query,
+            vec![
+                Arc::new(StringViewArray::from(vec!["k", long.as_str()])),
+                labels,
+                Arc::new(Date32Array::from(vec![20_000, 20_000])),
+            ],
+        )
+        .unwrap();
+        let conformed = conform_for_writer(&table, &batch).unwrap();
+        // The top-level view stays a view; the list is cast (the writer checks nested types).
+        assert_eq!(conformed.schema().field(0).data_type(), &DataType::Utf8View);
+        assert!(!conformed.schema().field(0).is_nullable());
+        assert_eq!(conformed.schema().field(1).data_type(), table.field(1).data_type());
+
+        let dir = tempfile::tempdir().unwrap();
+        let props = writer_properties(&[], &["key"], Codec::Zstd);
+        let mut w = TableWriter::in_dir(dir.path().to_path_buf(), false, "k", &table, Some("day"), props).unwrap();
+        w.write(&conformed).unwrap();
+        let files = w.finish().unwrap();
+        assert_eq!(files.len(), 1);
+        assert_eq!(files[0].num_records, 2);
+        let file = File::open(dir.path().join(&files[0].rel_path)).unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file).unwrap();
+        // The file says what the table says: plain strings, for every reader.
+        assert_eq!(reader.schema().field(0).data_type(), &DataType::Utf8);
+        let back: Vec<RecordBatch> = reader.build().unwrap().map(Result::unwrap).collect();
+        let keys = back[0].column(0).as_any().downcast_ref::<StringArray>().unwrap();
+        assert_eq!((keys.value(0), keys.value(1)), ("k", long.as_str()));
+        assert_eq!(back[0].column(1).as_any().downcast_ref::<ListArray>().unwrap().value(0).len(), 1);
+
+        // A NULL key is still an error, not a row.
+        let nulls = RecordBatch::try_new(
+            batch.schema(),
+            vec![
+                Arc::new(StringViewArray::from(vec![None, Some("x")])),
+                batch.column(1).clone(),
+                batch.column(2).clone(),
+            ],
+        )
+        .unwrap();
+        assert!(conform_for_writer(&table, &nulls).is_err());
     }
 }
