@@ -199,6 +199,8 @@ struct JobFile {
     write: Option<sql_job::WriteSpec>,
     #[serde(default)]
     config: Option<Section>,
+    #[serde(default)]
+    local_settings: BTreeMap<String, String>,
 }
 
 impl JobFile {
@@ -219,7 +221,18 @@ impl JobFile {
                 if !self.inputs.contains(&driving_input) {
                     bail!("the driving input `{driving_input}` is not among `inputs`");
                 }
-                Step::Sql(sql_job::SqlStep { file, driving_input, write, also_due_when: self.also_due_when.clone() })
+                // A misspelt key or value fails when the file is read, not when the job runs.
+                let mut probe = datafusion::config::ConfigOptions::new();
+                for (key, value) in &self.local_settings {
+                    probe.set(key, value).with_context(|| format!("local_settings: {key} = {value:?}"))?;
+                }
+                Step::Sql(sql_job::SqlStep {
+                    file,
+                    driving_input,
+                    write,
+                    also_due_when: self.also_due_when.clone(),
+                    local_settings: self.local_settings.clone(),
+                })
             }
             "ingest" => Step::Ingest,
             "snapshots" => Step::Snapshots,
@@ -235,6 +248,7 @@ impl JobFile {
                 ("driving_input", self.driving_input.is_some()),
                 ("write", self.write.is_some()),
                 ("also_due_when", self.also_due_when.is_some()),
+                ("local_settings", !self.local_settings.is_empty()),
             ] {
                 if given {
                     bail!("`{field}` is for SQL jobs; the {} step does not read it", step.name());
@@ -894,6 +908,18 @@ mod tests {
             "{base}step = \"ingest\"\npartition_key = \"hour\"\noutputs = [\"source_hours\", \"events_rejected\", \"events\"]\n"
         ));
         assert!(ok.is_ok(), "{ok:?}");
+        let e = job(&format!("{base}step = \"ingest\"\npartition_key = \"hour\"\noutputs = [\"source_hours\", \"events_rejected\", \"events\"]\n[local_settings]\n\"datafusion.optimizer.repartition_joins\" = \"false\"\n")).unwrap_err();
+        assert!(format!("{e:#}").contains("`local_settings` is for SQL jobs"), "{e:#}");
+        let sql = format!("{base}step = \"sql\"\nsql = \"a.sql\"\ninputs = [\"events\"]\ndriving_input = \"events\"\npartition_key = \"event_date\"\noutputs = [\"t\"]\n[write]\nmode = \"replace_partitions\"\n[local_settings]\n");
+        let e = job(&format!("{sql}\"datafusion.optimizer.repartition_join\" = \"false\"\n")).unwrap_err();
+        assert!(format!("{e:#}").contains("local_settings: datafusion.optimizer.repartition_join"), "{e:#}");
+        let e = job(&format!("{sql}\"datafusion.optimizer.repartition_joins\" = \"no\"\n")).unwrap_err();
+        assert!(format!("{e:#}").contains("local_settings"), "{e:#}");
+        let ok = job(&format!("{sql}\"datafusion.optimizer.repartition_joins\" = \"false\"\n")).unwrap();
+        match ok.step {
+            Step::Sql(s) => assert_eq!(s.local_settings["datafusion.optimizer.repartition_joins"], "false"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{JobSpec, JobSummary, Partitioning, Registry, RunOptions, Section};
+use super::{JobSpec, JobSummary, Partitioning, Registry, RunOptions, Section, Step};
 use crate::distributed::{write_on_cluster, ClusterWrite, Engine};
 use crate::lake::runs::{self, RunRecord};
 use crate::lake::{writer_properties, Codec, Lake, TableWriter};
@@ -28,6 +28,9 @@ pub struct SqlStep {
     /// A count query; when it is positive the job runs even without new partitions (e.g.
     /// PRs snapshotted since the job's last run). It can read `job_last_run(last_run_at)`.
     pub also_due_when: Option<String>,
+    /// DataFusion settings (`datafusion.…` keys) for this job on the local engine: plan
+    /// choices that suit one query and not the others, measured per job.
+    pub local_settings: BTreeMap<String, String>,
 }
 
 /// How a job's result reaches its output table.
@@ -223,6 +226,17 @@ async fn session(lake: &Lake, job: &JobSpec, opts: &RunOptions) -> Result<Sessio
     // statuses (operator metrics of different lengths) and pull_requests never finished.
     if opts.engine == crate::distributed::Engine::Local {
         ctx.state_ref().write().config_mut().options_mut().optimizer.join_reordering = false;
+        if let Step::Sql(step) = &job.step {
+            let state = ctx.state_ref();
+            let mut state = state.write();
+            for (key, value) in &step.local_settings {
+                state
+                    .config_mut()
+                    .options_mut()
+                    .set(key, value)
+                    .with_context(|| format!("job `{}`: local_settings {key} = {value:?}", job.name))?;
+            }
+        }
     }
     if job.config == Some(Section::Filters) {
         crate::filters::register_sql(&ctx, &opts.curation.filters).await?;
