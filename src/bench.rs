@@ -850,6 +850,13 @@ pub async fn relevance(a: &RelevanceBenchOptions) -> Result<()> {
         );
     }
     if let [before, now] = &sides[..] {
+        if let Some(((better, worse, same), mrr_before, mrr_now)) =
+            crate::relevance::paired_ranks(&before.loo_ranks, &now.loo_ranks)
+        {
+            println!(
+                "case by case: the hidden file ranks higher now in {better}, lower in {worse}, the same in {same}; mean reciprocal rank {mrr_before:.3} before, {mrr_now:.3} now"
+            );
+        }
         println!("\nspeed-up per PR: {:.1}x", now.prs_per_second / before.prs_per_second.max(1e-12));
         let rust_rate = now.chunks_per_second;
         let has_ort = Command::new("python3")

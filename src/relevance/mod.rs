@@ -949,7 +949,8 @@ fn rank_work(
 }
 
 /// Leave-one-out recall@1/5/10 on the PRs of `ctx`: each changed code file that exists at
-/// the base hidden in turn, the PR's other files visible. Returns (cases, recall).
+/// the base hidden in turn, the PR's other files visible. Returns the hidden file's rank in
+/// each case (`usize::MAX` when it is not ranked) and the recall.
 fn loo_recall(
     ctx: &RepoContext,
     pipeline: &Pipeline,
@@ -957,8 +958,8 @@ fn loo_recall(
     enc: Option<&Encoder>,
     cache: &mut EmbeddingCache,
     facts: &mut FactsCache,
-) -> Result<(usize, [f64; 3])> {
-    let (mut cases, mut hits) = (0usize, [0usize; 3]);
+) -> Result<(Vec<usize>, [f64; 3])> {
+    let (mut ranks, mut hits) = (Vec::new(), [0usize; 3]);
     for pr in &ctx.work.prs {
         let Some((base, change, _)) = ctx.change(pr) else { continue };
         let all = candidates(ctx.repo, base, &HashSet::new(), cfg.max_candidate_bytes)?;
@@ -984,7 +985,7 @@ fn loo_recall(
             let mut em = enc.map(|e| Embedder { encoder: e, cache: &mut *cache, config: cfg });
             let ranked = rank_change(&case, &mut cands, pipeline, true, facts, em.as_mut())?;
             let pos = ranked.order.iter().position(|(i, _)| *i == target).unwrap_or(usize::MAX);
-            cases += 1;
+            ranks.push(pos);
             for (k, slot) in [1usize, 5, 10].iter().zip(hits.iter_mut()) {
                 if pos < *k {
                     *slot += 1;
@@ -992,8 +993,28 @@ fn loo_recall(
             }
         }
     }
-    let n = cases.max(1) as f64;
-    Ok((cases, [hits[0] as f64 / n, hits[1] as f64 / n, hits[2] as f64 / n]))
+    let n = ranks.len().max(1) as f64;
+    Ok((ranks, [hits[0] as f64 / n, hits[1] as f64 / n, hits[2] as f64 / n]))
+}
+
+/// Two sides' ranks of the same cases compared: (cases where `now` ranks the hidden file
+/// higher, lower, the same) and each side's mean reciprocal rank.
+pub fn paired_ranks(before: &[usize], now: &[usize]) -> Option<((usize, usize, usize), f64, f64)> {
+    if before.len() != now.len() || before.is_empty() {
+        return None;
+    }
+    let mut counts = (0, 0, 0);
+    for (b, n) in before.iter().zip(now) {
+        match n.cmp(b) {
+            std::cmp::Ordering::Less => counts.0 += 1,
+            std::cmp::Ordering::Greater => counts.1 += 1,
+            std::cmp::Ordering::Equal => counts.2 += 1,
+        }
+    }
+    let mrr = |r: &[usize]| {
+        r.iter().map(|&p| if p == usize::MAX { 0.0 } else { 1.0 / (p as f64 + 1.0) }).sum::<f64>() / r.len() as f64
+    };
+    Some((counts, mrr(before), mrr(now)))
 }
 
 /// What `blob_embeddings.model` records: the encoder, and the chunk size when it is not the
@@ -1023,6 +1044,10 @@ pub struct BenchSide {
     pub embedding_cache_hit_rate: f64,
     pub loo_cases: usize,
     pub loo_recall: [f64; 3],
+    /// The hidden file's rank (0: first) in each leave-one-out case, in the same case order
+    /// on both sides: recall@k on a few dozen cases moves by a whole case when one rank
+    /// crosses k, so the bench also compares the sides case by case.
+    pub loo_ranks: Vec<usize>,
     /// The chunks this side embedded, tokenized (for the Python baseline).
     #[serde(skip)]
     pub chunk_texts: Vec<String>,
@@ -1073,7 +1098,7 @@ pub async fn bench_sides(
         let (embedded, chunk_s, hit) =
             (cache.embedded_texts, cache.embedded_texts as f64 / cache.embed_seconds.max(1e-9), cache.hit_rate());
         let texts = std::mem::take(&mut cache.texts);
-        let (loo_cases, loo) = loo_recall(&ctx, &pipeline, cfg, Some(enc), &mut cache, &mut facts)?;
+        let (loo_ranks, loo) = loo_recall(&ctx, &pipeline, cfg, Some(enc), &mut cache, &mut facts)?;
         out.push(BenchSide {
             name: name.to_string(),
             prs: summary.prs,
@@ -1082,8 +1107,9 @@ pub async fn bench_sides(
             embedded_chunks: embedded,
             chunks_per_second: chunk_s,
             embedding_cache_hit_rate: hit,
-            loo_cases,
+            loo_cases: loo_ranks.len(),
             loo_recall: loo,
+            loo_ranks,
             chunk_texts: texts,
         });
     }
@@ -1523,6 +1549,15 @@ pub async fn changes_from_lake(lake: &Lake, repo_name: &str) -> Result<Vec<EvalC
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paired_ranks_count_each_case_and_the_reciprocal_ranks() {
+        let ((better, worse, same), before, now) = paired_ranks(&[0, 4, 9, usize::MAX], &[1, 2, 9, 0]).unwrap();
+        assert_eq!((better, worse, same), (2, 1, 1));
+        assert!((before - (1.0 + 0.2 + 0.1 + 0.0) / 4.0).abs() < 1e-12);
+        assert!((now - (0.5 + 1.0 / 3.0 + 0.1 + 1.0) / 4.0).abs() < 1e-12);
+        assert!(paired_ranks(&[0], &[0, 1]).is_none());
+    }
 
     #[test]
     fn cached_vectors_are_keyed_by_chunk_size() {
