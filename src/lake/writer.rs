@@ -347,13 +347,30 @@ pub fn written_as(have: &DataType, want: &DataType) -> bool {
 /// binary views stay views ([`written_as`]); the batch's schema says so, the file's is the
 /// table's.
 pub fn conform_for_writer(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
+    conform_with(schema, batch, written_as)
+}
+
+/// `batch` in a table's layout: columns cast where the query's type differs (a time zone
+/// spelled differently), nullability the table's (a NULL in a non-nullable column, a key, is
+/// an error, not a row).
+pub fn conform(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
+    conform_with(schema, batch, |have, want| have == want)
+}
+
+/// Casts each column of `batch` to the table's type unless `keep(its type, the table's)`,
+/// under the table's names and nullability.
+fn conform_with(
+    schema: &SchemaRef,
+    batch: &RecordBatch,
+    keep: fn(&DataType, &DataType) -> bool,
+) -> Result<RecordBatch> {
     if batch.num_columns() != schema.fields().len() {
         bail!("a batch of {} columns for a table of {}", batch.num_columns(), schema.fields().len());
     }
     let mut fields = Vec::with_capacity(batch.num_columns());
     let mut columns = Vec::with_capacity(batch.num_columns());
     for (c, f) in batch.columns().iter().zip(schema.fields()) {
-        if written_as(c.data_type(), f.data_type()) {
+        if keep(c.data_type(), f.data_type()) {
             fields.push(f.as_ref().clone().with_data_type(c.data_type().clone()));
             columns.push(c.clone());
         } else {
@@ -366,26 +383,6 @@ pub fn conform_for_writer(schema: &SchemaRef, batch: &RecordBatch) -> Result<Rec
     }
     let schema = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
     Ok(RecordBatch::try_new(schema, columns)?)
-}
-
-/// `batch` in a table's layout: columns cast where the query's type differs (a time zone
-/// spelled differently), nullability the table's (a NULL in a non-nullable column, a key, is
-/// an error, not a row).
-pub fn conform(schema: &SchemaRef, batch: &RecordBatch) -> Result<RecordBatch> {
-    let columns = batch
-        .columns()
-        .iter()
-        .zip(schema.fields())
-        .map(|(c, f)| {
-            if c.data_type() == f.data_type() {
-                Ok(c.clone())
-            } else {
-                arrow::compute::cast(c, f.data_type())
-                    .with_context(|| format!("column `{}`: {} into {}", f.name(), c.data_type(), f.data_type()))
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// Strings longer than this get no maximum (Delta's convention: a truncated maximum would be
