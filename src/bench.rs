@@ -780,6 +780,8 @@ pub struct RelevanceBenchOptions {
     /// Encoder threads, both sides (and Python's).
     pub threads: usize,
     pub config: Option<PathBuf>,
+    /// Also compare the sides on every leave-one-out case of the lake's merged PRs.
+    pub every_case: bool,
     pub work: PathBuf,
 }
 
@@ -823,7 +825,7 @@ pub async fn relevance(a: &RelevanceBenchOptions) -> Result<()> {
     let mirrors = crate::git::Mirrors::new(a.repo_url.clone(), a.cache_dir.clone());
     let repo = mirrors.open(&a.repo_name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
     let enc = crate::relevance::encoder::Encoder::load(a.threads)?;
-    let sides = crate::relevance::bench_sides(&lake, &repo, &a.repo_name, a.prs, &cfg, &enc).await?;
+    let sides = crate::relevance::bench_sides(&lake, &repo, &a.repo_name, a.prs, &cfg, &enc, a.every_case).await?;
     println!(
         "relevance of {} kept PRs of {} ({} encoder threads), each side from an empty embedding cache\n",
         sides.first().map_or(0, |s| s.prs),
@@ -856,6 +858,27 @@ pub async fn relevance(a: &RelevanceBenchOptions) -> Result<()> {
             println!(
                 "case by case: the hidden file ranks higher now in {better}, lower in {worse}, the same in {same}; mean reciprocal rank {mrr_before:.3} before, {mrr_now:.3} now"
             );
+        }
+        if a.every_case {
+            println!("\nevery leave-one-out case of the lake's merged PRs of {}:", a.repo_name);
+            for s in &sides {
+                let r = crate::relevance::recall_of(&s.every_case_ranks);
+                println!(
+                    "{:<40} recall@1/5/10 {:>6.3} {:>6.3} {:>6.3} ({} cases)",
+                    s.name,
+                    r[0],
+                    r[1],
+                    r[2],
+                    s.every_case_ranks.len()
+                );
+            }
+            if let Some(((better, worse, same), mrr_before, mrr_now)) =
+                crate::relevance::paired_ranks(&before.every_case_ranks, &now.every_case_ranks)
+            {
+                println!(
+                    "case by case: higher now in {better}, lower in {worse}, the same in {same}; mean reciprocal rank {mrr_before:.3} before, {mrr_now:.3} now"
+                );
+            }
         }
         println!("\nspeed-up per PR: {:.1}x", now.prs_per_second / before.prs_per_second.max(1e-12));
         let rust_rate = now.chunks_per_second;

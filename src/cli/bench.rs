@@ -196,6 +196,10 @@ pub(crate) struct RelevanceBenchArgs {
     /// Curation config.
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Also rank, on both sides, every leave-one-out case of the repository's merged PRs in
+    /// the lake (as eval-relevance does; the kept PRs give a few dozen cases).
+    #[arg(long)]
+    every_case: bool,
     /// Working directory (the Python baseline's script and token ids).
     #[arg(long, default_value = "target/bench-relevance")]
     work: PathBuf,
@@ -211,6 +215,7 @@ impl RelevanceBenchArgs {
             prs: self.prs.max(1),
             threads: self.threads.unwrap_or(default_threads).max(1),
             config: self.config,
+            every_case: self.every_case,
             work: self.work,
         }
     }

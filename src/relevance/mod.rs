@@ -959,7 +959,7 @@ fn loo_recall(
     cache: &mut EmbeddingCache,
     facts: &mut FactsCache,
 ) -> Result<(Vec<usize>, [f64; 3])> {
-    let (mut ranks, mut hits) = (Vec::new(), [0usize; 3]);
+    let mut ranks = Vec::new();
     for pr in &ctx.work.prs {
         let Some((base, change, _)) = ctx.change(pr) else { continue };
         let all = candidates(ctx.repo, base, &HashSet::new(), cfg.max_candidate_bytes)?;
@@ -986,15 +986,16 @@ fn loo_recall(
             let ranked = rank_change(&case, &mut cands, pipeline, true, facts, em.as_mut())?;
             let pos = ranked.order.iter().position(|(i, _)| *i == target).unwrap_or(usize::MAX);
             ranks.push(pos);
-            for (k, slot) in [1usize, 5, 10].iter().zip(hits.iter_mut()) {
-                if pos < *k {
-                    *slot += 1;
-                }
-            }
         }
     }
+    let recall = recall_of(&ranks);
+    Ok((ranks, recall))
+}
+
+/// Recall@1/5/10 of ranks (0: first).
+pub fn recall_of(ranks: &[usize]) -> [f64; 3] {
     let n = ranks.len().max(1) as f64;
-    Ok((ranks, [hits[0] as f64 / n, hits[1] as f64 / n, hits[2] as f64 / n]))
+    [1usize, 5, 10].map(|k| ranks.iter().filter(|&&r| r < k).count() as f64 / n)
 }
 
 /// Two sides' ranks of the same cases compared: (cases where `now` ranks the hidden file
@@ -1048,6 +1049,10 @@ pub struct BenchSide {
     /// on both sides: recall@k on a few dozen cases moves by a whole case when one rank
     /// crosses k, so the bench also compares the sides case by case.
     pub loo_ranks: Vec<usize>,
+    /// The hidden file's rank in every leave-one-out case of the repository's merged PRs in
+    /// the lake (as `eval-relevance` makes them), when asked for: the kept PRs give a few
+    /// dozen cases, too few for a difference of one case to mean anything.
+    pub every_case_ranks: Vec<usize>,
     /// The chunks this side embedded, tokenized (for the Python baseline).
     #[serde(skip)]
     pub chunk_texts: Vec<String>,
@@ -1064,7 +1069,14 @@ pub async fn bench_sides(
     prs: usize,
     cfg: &RelevanceConfig,
     enc: &Encoder,
+    every_case: bool,
 ) -> Result<Vec<BenchSide>> {
+    let every = if every_case {
+        let changes = changes_from_lake(lake, repo_name).await?;
+        Some(case_set(repo, &changes, 0)?)
+    } else {
+        None
+    };
     let (mut work, _) = load_work(lake, true).await?;
     let mut w =
         work.remove(repo_name).with_context(|| format!("no kept, snapshotted PRs of {repo_name} in the lake"))?;
@@ -1099,6 +1111,21 @@ pub async fn bench_sides(
             (cache.embedded_texts, cache.embedded_texts as f64 / cache.embed_seconds.max(1e-9), cache.hit_rate());
         let texts = std::mem::take(&mut cache.texts);
         let (loo_ranks, loo) = loo_recall(&ctx, &pipeline, cfg, Some(enc), &mut cache, &mut facts)?;
+        let mut every_case_ranks = Vec::new();
+        if let Some(set) = &every {
+            for_each_case(
+                repo,
+                set,
+                cfg,
+                |_, change, cands, target| {
+                    let mut em = Embedder { encoder: enc, cache: &mut cache, config: cfg };
+                    let ranked = rank_change(change, cands, &pipeline, true, &mut facts, Some(&mut em))?;
+                    every_case_ranks.push(ranked.order.iter().position(|(i, _)| *i == target).unwrap_or(usize::MAX));
+                    Ok(())
+                },
+                || {},
+            )?;
+        }
         out.push(BenchSide {
             name: name.to_string(),
             prs: summary.prs,
@@ -1110,6 +1137,7 @@ pub async fn bench_sides(
             loo_cases: loo_ranks.len(),
             loo_recall: loo,
             loo_ranks,
+            every_case_ranks,
             chunk_texts: texts,
         });
     }
@@ -1557,6 +1585,7 @@ mod tests {
         assert!((before - (1.0 + 0.2 + 0.1 + 0.0) / 4.0).abs() < 1e-12);
         assert!((now - (0.5 + 1.0 / 3.0 + 0.1 + 1.0) / 4.0).abs() < 1e-12);
         assert!(paired_ranks(&[0], &[0, 1]).is_none());
+        assert_eq!(recall_of(&[0, 4, 9, 10, usize::MAX]), [0.2, 0.4, 0.6]);
     }
 
     #[test]
