@@ -502,7 +502,9 @@ async fn upsert(
     write: &WriteSpec,
     file_key: &str,
 ) -> Result<(u64, Option<i64>)> {
-    let batches: Vec<RecordBatch> = result.collect().await?.iter().map(|b| target.conform(b)).collect::<Result<_>>()?;
+    // String views stay views as far as the writer (upsert_rows conforms them for it).
+    let batches: Vec<RecordBatch> =
+        result.collect().await?.iter().map(|b| target.conform_for_writer(b)).collect::<Result<_>>()?;
     let rows: u64 = batches.iter().map(|b| b.num_rows() as u64).sum();
     tracing::debug!(output, rows, "computed the rows to upsert");
     if rows == 0 {

@@ -709,4 +709,42 @@ async fn upserts_rewrite_only_the_files_holding_replaced_keys() {
         .await
         .unwrap_err();
     assert!(format!("{twice:#}").contains("twice"), "{twice:#}");
+
+    // A day's worth of new rows, as a query gives them (titles as string views, in several
+    // batches), is written by one thread per core into a file each, every row once.
+    let view_schema = Arc::new(Schema::new(vec![
+        Field::new("repo_name", DataType::Utf8, false),
+        Field::new("pr_number", DataType::Int64, false),
+        Field::new("updated", DataType::Int64, true),
+        Field::new("title", DataType::Utf8View, true),
+    ]));
+    let big: Vec<RecordBatch> = (0..3i64)
+        .map(|b| {
+            let n: Vec<i64> = (b * 25_000..(b + 1) * 25_000).collect();
+            RecordBatch::try_new(
+                view_schema.clone(),
+                vec![
+                    Arc::new(StringArray::from_iter_values(n.iter().map(|_| "big"))),
+                    Arc::new(Int64Array::from(n.clone())),
+                    Arc::new(Int64Array::from_iter_values(n.iter().map(|_| 1))),
+                    Arc::new(arrow::array::StringViewArray::from_iter_values(
+                        n.iter().map(|i| format!("title of a pull request, number {i}")),
+                    )),
+                ],
+            )
+            .unwrap()
+        })
+        .collect();
+    lake.upsert_rows("prs", &schema, &big, &keys, None, "day5").await.unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let day5 = table_files(&lake, "prs").await.into_iter().filter(|p| p.starts_with("day5.")).count();
+    assert_eq!(day5, cores.min(2), "75,000 rows at >= 32,768 per file, one file per core");
+    assert_eq!(count(&lake, "SELECT count(*) FROM prs").await, 75_005);
+    let t: Vec<(i64, String)> = swelake::query::rows(
+        &lake.session().await.unwrap(),
+        "SELECT count(DISTINCT pr_number), max(title) FROM prs WHERE repo_name = 'big'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(t, vec![(75_000, "title of a pull request, number 9999".to_string())]);
 }
