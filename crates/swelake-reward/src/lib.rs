@@ -11,7 +11,10 @@
 //! Not here: reading cases or rollouts (see [`batch`]) and SQL (see [`udf`]).
 
 pub mod batch;
+#[cfg(feature = "arrow")]
 pub mod columns;
+pub mod detailed;
+#[cfg(feature = "arrow")]
 pub mod rollouts;
 #[cfg(feature = "sql")]
 pub mod udf;
@@ -60,7 +63,7 @@ thread_local! {
     static RATIO: RefCell<RatioCtx> = RefCell::new(RatioCtx::default());
 }
 
-fn ratio(a: &str, b: &str) -> f64 {
+pub(crate) fn ratio(a: &str, b: &str) -> f64 {
     RATIO.with(|r| r.borrow_mut().ratio(a, b))
 }
 
@@ -74,7 +77,7 @@ pub fn generate_unified_diff(old: &str, new: &str) -> String {
 
 /// `get_normalized_patch` for the oracle and the prediction together: each file's context is
 /// split into lines once and diffed against both new versions; empty diffs are dropped.
-fn normalized_patches(
+pub(crate) fn normalized_patches(
     context: &BTreeMap<String, String>,
     oracle_new: &BTreeMap<String, String>,
     pred_new: &BTreeMap<String, String>,
@@ -161,6 +164,11 @@ fn tag_finders() -> &'static [memchr::memmem::Finder<'static>; 4] {
 /// stripped answer. Mirrors `output.split(open)[1].split(close)[0]` literally, including
 /// its behaviour when a closing tag comes before its opening tag.
 pub fn extract_answer(output: &str) -> Result<&str, String> {
+    extract_thought_answer(output).map(|(_, answer)| answer)
+}
+
+/// [`extract_answer`] with the thought too: the reference's `extract_thought_solution`.
+pub fn extract_thought_answer(output: &str) -> Result<(&str, &str), String> {
     let finders = tag_finders();
     for (tag, finder) in TAGS.iter().zip(finders) {
         // Python's str.count: non-overlapping occurrences.
@@ -177,7 +185,7 @@ pub fn extract_answer(output: &str) -> Result<&str, String> {
     if thought.is_empty() {
         return Err("Thought is empty".to_string());
     }
-    Ok(answer)
+    Ok((thought, answer))
 }
 
 /// A search/replace edit list per path, in order of first appearance.

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use arrow::array::{Array, ArrayRef, AsArray, Float64Builder, StringBuilder};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
-use datafusion::common::{exec_datafusion_err, exec_err, Result};
+use datafusion::common::{exec_datafusion_err, exec_err, plan_err, Result};
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
 
 use super::columns::MapColumn;
@@ -36,15 +36,20 @@ struct SwerlReward {
 pub fn swerl_reward_udf() -> ScalarUDF {
     ScalarUDF::new_from_impl(SwerlReward {
         output: Output::Reward,
-        signature: Signature::any(3, Volatility::Immutable),
+        signature: Signature::user_defined(Volatility::Immutable),
     })
 }
 
 pub fn swerl_format_error_udf() -> ScalarUDF {
     ScalarUDF::new_from_impl(SwerlReward {
         output: Output::FormatError,
-        signature: Signature::any(3, Volatility::Immutable),
+        signature: Signature::user_defined(Volatility::Immutable),
     })
+}
+
+/// Whether `t` is a string type (or NULL, which reads as a NULL string).
+fn stringlike(t: &DataType) -> bool {
+    matches!(t, DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null)
 }
 
 impl ScalarUDFImpl for SwerlReward {
@@ -59,6 +64,24 @@ impl ScalarUDFImpl for SwerlReward {
         &self.signature
     }
 
+    /// `(context, oracle, output)`: two maps (`MAP<VARCHAR, VARCHAR>` or JSON object strings)
+    /// and a string, checked when the query is planned; NULL literals read as NULL strings.
+    fn coerce_types(&self, arg_types: &[DataType]) -> Result<Vec<DataType>> {
+        let usage = "(context MAP<VARCHAR, VARCHAR> or JSON VARCHAR, oracle MAP<VARCHAR, VARCHAR> or JSON VARCHAR, output VARCHAR)";
+        if arg_types.len() != 3 {
+            return plan_err!("{}{usage} takes 3 arguments, not {}", self.name(), arg_types.len());
+        }
+        let mut out = Vec::with_capacity(3);
+        for (i, (t, what)) in arg_types.iter().zip(["context", "oracle", "output"]).enumerate() {
+            let map_ok = i < 2 && matches!(t, DataType::Map(..));
+            if !(map_ok || stringlike(t)) {
+                return plan_err!("{}{usage}: argument {} ({what}) is {t}", self.name(), i + 1);
+            }
+            out.push(if *t == DataType::Null { DataType::Utf8 } else { t.clone() });
+        }
+        Ok(out)
+    }
+
     fn return_type(&self, _arg_types: &[DataType]) -> Result<DataType> {
         Ok(match self.output {
             Output::Reward => DataType::Float64,
@@ -69,6 +92,7 @@ impl ScalarUDFImpl for SwerlReward {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let n = args.number_rows;
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        // The arity and types were checked at planning (coerce_types).
         let [context, oracle, output] = arrays.as_slice() else {
             return exec_err!("{} takes (context, oracle, output)", self.name());
         };
