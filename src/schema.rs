@@ -71,6 +71,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("blob_embeddings", include_str!("../schemas/blob_embeddings.toml")),
     ("relevance_models", include_str!("../schemas/relevance_models.toml")),
     ("rl_seed", include_str!("../schemas/rl_seed.toml")),
+    ("seed_shards", include_str!("../schemas/seed_shards.toml")),
     ("seed_rejections", include_str!("../schemas/seed_rejections.toml")),
 ];
 

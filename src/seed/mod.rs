@@ -4,7 +4,8 @@
 //!
 //! Written as the Delta table `rl_seed` and as Parquet shards `LAKE/shards/seed/part-NNNNN.
 //! parquet` with verl-style columns (`data_source`, `prompt`, `ability`, `reward_model`,
-//! `extra_info`) that trainers read directly. Every instance is checked on the way: the
+//! `extra_info`) that trainers read directly; the shards hold the table's maps as lists of
+//! `{path, content}` ([`shard_batch`]), the form Hugging Face `datasets` reads. Every instance is checked on the way: the
 //! oracle, written as SEARCH/REPLACE edits, must score reward 1.0. Instances that cannot be
 //! built (prompt over the token budget even without relevant files, no text left...) go to
 //! `seed_rejections` with a reason.
@@ -18,7 +19,8 @@ use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
 use arrow::array::{
-    ArrayRef, Float64Builder, Int64Builder, ListBuilder, MapBuilder, RecordBatch, StringBuilder, StructBuilder,
+    Array, ArrayRef, AsArray, Float64Builder, Int64Builder, ListBuilder, MapBuilder, RecordBatch, StringBuilder,
+    StructBuilder,
 };
 use arrow::datatypes::{DataType, Field, Fields, SchemaRef};
 use serde::{Deserialize, Serialize};
@@ -28,6 +30,8 @@ use datafusion::prelude::SessionContext;
 
 pub const RL_SEED: &str = "rl_seed";
 pub const SEED_REJECTIONS: &str = "seed_rejections";
+/// The shards' layout (not a table: `schemas/seed_shards.toml`).
+pub const SEED_SHARDS: &str = "seed_shards";
 /// The tables the stage writes (and the shards under `LAKE/shards/seed/`).
 pub const OUTPUTS: [&str; 2] = [RL_SEED, SEED_REJECTIONS];
 pub const DATA_SOURCE: &str = "swelake/swe-rl-seed";
@@ -570,7 +574,49 @@ pub fn to_batch(instances: &[Instance]) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(seed_schema(), cols)?)
 }
 
-/// Writes the shards of `batch` (deterministic order, `rows_per_shard` rows each) into
+/// The columns of the seed shards (`schemas/seed_shards.toml`): `rl_seed`'s, with lists of
+/// `{path, content}` where the table has maps.
+pub fn shard_schema() -> SchemaRef {
+    crate::schema::builtin(SEED_SHARDS)
+}
+
+/// The shards' form of an `rl_seed` batch: each map column becomes a list of `{path,
+/// content}` structs over the same keys and values (no copy), in the map's (path) order.
+/// Hugging Face `datasets` has no type for an Arrow map, so a map in a shard stops every
+/// trainer that loads it through `datasets` (verl, TRL, OpenRLHF).
+pub fn shard_batch(batch: &RecordBatch) -> Result<RecordBatch> {
+    let schema = shard_schema();
+    let columns = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let col = batch.column_by_name(f.name()).with_context(|| format!("rl_seed has no `{}`", f.name()))?;
+            match (col.data_type(), f.data_type()) {
+                (DataType::Map(..), DataType::List(item)) => {
+                    let DataType::Struct(fields) = item.data_type() else {
+                        anyhow::bail!("seed_shards.{} is not a list of structs", f.name())
+                    };
+                    let m = col.as_map();
+                    let entries = arrow::array::StructArray::try_new(
+                        fields.clone(),
+                        vec![m.keys().clone(), m.values().clone()],
+                        None,
+                    )?;
+                    let list = arrow::array::ListArray::try_new(
+                        item.clone(),
+                        m.offsets().clone(),
+                        Arc::new(entries),
+                        m.nulls().cloned(),
+                    )?;
+                    Ok(Arc::new(list) as ArrayRef)
+                }
+                _ => Ok(col.clone()),
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(RecordBatch::try_new(schema, columns)?)
+}
+
 /// Writes `batch` as Parquet shards of `rows_per_shard` rows, `part-00000.parquet`, … under
 /// `shards/seed/` of the lake (its directory or its store), and removes older parts beyond the
 /// new ones, so the shard set is always the last run's. Returns where each shard is.
@@ -647,7 +693,7 @@ pub async fn run(lake: &Lake, opts: &SeedOptions) -> Result<SeedSummary> {
         .await
         .context("writing rl_seed")?;
     crate::lake::failpoint("commit.after:rl_seed");
-    summary.shards = write_shards(lake, &batch, cfg.rows_per_shard).await?;
+    summary.shards = write_shards(lake, &shard_batch(&batch)?, cfg.rows_per_shard).await?;
     crate::lake::failpoint("shards.after");
 
     let strs = |f: &dyn Fn(&Rejection) -> &str| -> ArrayRef {

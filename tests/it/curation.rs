@@ -347,6 +347,8 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
         }
     }
 
+    trainers_tools_open_the_seed(&lake, dir.path()).await;
+
     // The dataset card.
     let card = swelake::report::run(
         &lake,
@@ -378,6 +380,74 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
         let bytes = std::fs::read(dir.path().join("card").join(png)).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{png}");
     }
+}
+
+/// Instances per split of the lake's `rl_seed`.
+pub(crate) async fn split_counts(lake: &Lake) -> BTreeMap<String, i64> {
+    let mut counts: BTreeMap<String, i64> = [("train".to_string(), 0), ("test".to_string(), 0)].into();
+    counts.extend(pairs(lake, "SELECT split, count(*) FROM rl_seed GROUP BY split").await);
+    counts
+}
+
+/// What reaches trainers opens in their own tools: the shards in Hugging Face `datasets` (as
+/// verl and TRL load them), the `hf` export with `load_dataset(DIR)`, the `swebench` export with
+/// SWE-bench's loader, and the reward wheel's tests, with every instance's oracle answer
+/// scored through `compute_score`.
+async fn trainers_tools_open_the_seed(lake: &Lake, dir: &Path) {
+    let Some(py) = crate::python::python() else { return };
+    let shards = lake.local_root().unwrap().join("shards/seed/*.parquet");
+    let shards = shards.to_str().unwrap();
+    let loaded: Value =
+        serde_json::from_str(crate::python::script(&py, "load_shards.py", &[shards], &[]).trim()).unwrap();
+    assert_eq!(loaded["rows"], count(lake, "SELECT count(*) FROM rl_seed").await);
+
+    let counts = split_counts(lake).await;
+    let export = |format, out: &Path| swelake::export::ExportOptions {
+        format,
+        out: out.to_str().unwrap().to_string(),
+        storage_options: vec![],
+        rows_per_file: 2,
+        completeness: Default::default(),
+    };
+    let hf = dir.join("export-hf");
+    let s = swelake::export::run(lake, &export(swelake::export::ExportFormat::Hf, &hf)).await.unwrap();
+    assert!(hf.join("README.md").exists() && hf.join("languages.png").exists(), "{s:?}");
+    let card = std::fs::read_to_string(hf.join("README.md")).unwrap();
+    assert!(card.starts_with("---\nlicense: other\n") && card.contains("  - split: test\n    path: data/test-*\n"));
+    assert!(card.contains("size_categories:\n- n<1K\n") && card.contains("task_categories:\n- text-generation\n"));
+    let loaded: Value =
+        serde_json::from_str(crate::python::script(&py, "load_hf_export.py", &[hf.to_str().unwrap()], &[]).trim())
+            .unwrap();
+    assert_eq!(loaded, json!(counts), "load_dataset(DIR) splits");
+    // A second export with one file per split replaces the first's files.
+    let again = export(swelake::export::ExportFormat::Hf, &hf);
+    swelake::export::run(lake, &swelake::export::ExportOptions { rows_per_file: 100, ..again }).await.unwrap();
+    let mut files: Vec<String> =
+        std::fs::read_dir(hf.join("data")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    assert_eq!(files, ["test-00000-of-00001.parquet", "train-00000-of-00001.parquet"]);
+
+    let sb = dir.join("export-swebench");
+    let s = swelake::export::run(lake, &export(swelake::export::ExportFormat::Swebench, &sb)).await.unwrap();
+    let files = [sb.join("train.jsonl"), sb.join("test.jsonl")];
+    let files: Vec<&str> = files.iter().map(|p| p.to_str().unwrap()).collect();
+    let loaded = crate::python::script(&py, "load_swebench.py", &files, &[]);
+    assert_eq!(loaded.lines().count() + s.only_tests, counts.values().sum::<i64>() as usize, "{loaded}");
+    assert!(std::fs::read_to_string(sb.join("README.md")).unwrap().contains("**nothing is executed**"));
+
+    // The wheel's own tests, in a clean venv: parity through every entry point, and the
+    // shards' oracles.
+    let (_venv, clean) = crate::python::clean_venv().unwrap();
+    let out = std::process::Command::new(&clean)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("crates/swelake-reward/python/tests"))
+        .env("SWELAKE_SEED_SHARDS", shards)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "pytest:\n{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(" passed") && !text.contains("skipped"), "{text}");
+    eprintln!("pytest of the swelake_reward wheel: {}", text.lines().last().unwrap_or_default());
 }
 
 #[tokio::test(flavor = "multi_thread")]

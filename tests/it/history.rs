@@ -148,12 +148,86 @@ struct SeedFile {
     is_binary: bool,
 }
 
+/// A harness's view of one exported SWE-bench instance.
+#[derive(Deserialize)]
+struct HarnessInstance {
+    instance_id: String,
+    base_commit: String,
+    patch: String,
+    test_patch: String,
+}
+
+/// `git apply --check` of `patch` at `commit` of a bare `mirror` (through a scratch index, so
+/// no work tree is needed): the error text, or `None` when it applies.
+fn apply_check(mirror: &Path, commit: &str, patch: &str, scratch: &Path) -> Option<String> {
+    let index = scratch.join("index");
+    let _ = std::fs::remove_file(&index);
+    let git = |args: &[&str]| {
+        let mut c = std::process::Command::new("git");
+        c.arg("--git-dir").arg(mirror).args(args).env("GIT_INDEX_FILE", &index);
+        c
+    };
+    assert!(git(&["read-tree", commit]).status().unwrap().success(), "read-tree {commit}");
+    let file = scratch.join("change.patch");
+    std::fs::write(&file, patch).unwrap();
+    let out = git(&["apply", "--check", "--cached", file.to_str().unwrap()]).output().unwrap();
+    (!out.status.success()).then(|| String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// A real history's seed in the trainers' tools: every shard loads in Hugging Face `datasets`;
+/// every SWE-bench instance loads with SWE-bench's loader and its `patch` and `test_patch`
+/// apply at its `base_commit` in the mirror.
+async fn trainers_tools_open_a_real_history(lake: &Lake, mirror: &Path, dir: &Path, instances: usize) {
+    let Some(py) = crate::python::python() else { return };
+    let shards = lake.local_root().unwrap().join("shards/seed/*.parquet");
+    let loaded: serde_json::Value =
+        serde_json::from_str(crate::python::script(&py, "load_shards.py", &[shards.to_str().unwrap()], &[]).trim())
+            .unwrap();
+    assert_eq!(loaded["rows"], instances as i64);
+
+    let out = dir.join("export-swebench");
+    let opts = swelake::export::ExportOptions {
+        format: swelake::export::ExportFormat::Swebench,
+        out: out.to_str().unwrap().to_string(),
+        storage_options: vec![],
+        rows_per_file: 10_000,
+        completeness: Default::default(),
+    };
+    let s = swelake::export::run(lake, &opts).await.unwrap();
+    let files = [out.join("train.jsonl"), out.join("test.jsonl")];
+    let files: Vec<&str> = files.iter().map(|p| p.to_str().unwrap()).collect();
+    let text = crate::python::script(&py, "load_swebench.py", &files, &[]);
+    let loaded: Vec<HarnessInstance> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(loaded.len() + s.only_tests, instances, "{s:?}");
+    assert!(loaded.len() * 10 >= instances * 8, "{} of {instances} exported", loaded.len());
+    let scratch = tempfile::tempdir().unwrap();
+    let (mut with_tests, mut failures) = (0, Vec::new());
+    for i in &loaded {
+        for (what, patch) in [("patch", &i.patch), ("test_patch", &i.test_patch)] {
+            if patch.is_empty() {
+                continue;
+            }
+            if let Some(e) = apply_check(mirror, &i.base_commit, patch, scratch.path()) {
+                failures.push(format!("{} {what}: {e}", i.instance_id));
+            }
+        }
+        with_tests += usize::from(!i.test_patch.is_empty());
+    }
+    eprintln!(
+        "swebench export: {} instances ({with_tests} with a test patch, {} left out as tests only); all apply at base_commit",
+        loaded.len(),
+        s.only_tests
+    );
+    assert!(failures.is_empty(), "{} of {} do not apply:\n{}", failures.len(), loaded.len(), failures.join("\n"));
+    assert!(with_tests > 0);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn seed_instances_of_a_real_history_show_every_hunk_and_their_oracles_score_one() {
     let Some(history) = crate::common::history() else { return };
     let (name, stem) = ("pallets/jinja", "pallets-jinja");
     let dir = tempfile::tempdir().unwrap();
-    crate::common::mirror_of_bundle(&history, name, dir.path());
+    let mirror = crate::common::mirror_of_bundle(&history, name, dir.path());
     let hour = dir.path().join("2011-04-25-18.json");
     concatenated(&history.join(stem).join("events"), &hour);
     let lake = Lake::open(dir.path().join("lake").to_str().unwrap()).unwrap();
@@ -221,11 +295,12 @@ async fn seed_instances_of_a_real_history_show_every_hunk_and_their_oracles_scor
     for (id, _, reward) in &instances {
         assert_eq!(*reward, 1.0, "{id}: its oracle");
     }
+    trainers_tools_open_a_real_history(&lake, &mirror, dir.path(), instances.len()).await;
 
     // Relevance on the same real history, leave-one-out over every merged PR: the learned
     // first stage (fitted as PRs go by, on earlier PRs only) above BM25 (the encoder's part is
     // measured by `swelake eval-relevance`; its cost does not fit CI).
-    let repo = opts.git.as_ref().unwrap().mirrors.open(name).unwrap();
+    let repo = opts.git.as_ref().unwrap().scope.mirrors.open(name).unwrap();
     let changes = swelake::relevance::changes_from_lake(&lake, name).await.unwrap();
     let report = tokio::task::block_in_place(|| {
         swelake::relevance::evaluate(&repo, &changes, &opts.curation.relevance, None, None)
@@ -256,14 +331,8 @@ async fn seed_instances_of_a_real_history_show_every_hunk_and_their_oracles_scor
     // The relevance job stores its fit in relevance_models; a later run (here a --force
     // re-rank) ranks with it instead of fitting again.
     cfg.encoder = false;
-    let ro = swelake::relevance::RelevanceOptions {
-        mirrors: opts.git.as_ref().unwrap().mirrors.clone(),
-        config: cfg,
-        force: true,
-        threads: 2,
-        show_progress: false,
-        shard: None,
-    };
+    let scope = swelake::git::Scope { force: true, ..opts.git.as_ref().unwrap().scope.clone() };
+    let ro = swelake::relevance::RelevanceOptions { scope, config: cfg };
     let first = swelake::relevance::run(&lake, &ro).await.unwrap();
     assert_eq!((first.fits_reused, first.training_cases), (0, cases), "{first:?}");
     let ctx = lake.session().await.unwrap();

@@ -1,0 +1,79 @@
+//! `swelake export`: the seed dataset in the layouts of Hugging Face and SWE-bench.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::{Args, ValueEnum};
+
+use crate::export::{ExportFormat, ExportOptions};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum FormatArg {
+    /// A Hugging Face dataset: data/{train,test}-NNNNN-of-MMMMM.parquet and README.md (the card,
+    /// with the YAML front matter the Hub reads).
+    Hf,
+    /// SWE-bench task instances: {train,test}.jsonl and README.md.
+    Swebench,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+The hf layout opens with `datasets.load_dataset(DIR)` (train and test splits) and uploads to the
+Hub as it is (`huggingface-cli upload ORG/NAME DIR --repo-type dataset`); its columns are those of
+the seed shards (schemas/seed_shards.toml). The swebench layout loads with
+`swebench.harness.utils.load_swebench_dataset(\"DIR/test.jsonl\")`; FAIL_TO_PASS and PASS_TO_PASS
+are empty, since nothing is executed (DIR/README.md says what each field holds).
+
+Examples:
+  swelake export --lake lake --format hf --out exports/seed-hf
+  swelake export --lake lake --format swebench --out exports/seed-swebench
+  swelake export --lake s3://bucket/lake --format hf --out s3://bucket/datasets/seed")]
+pub(crate) struct ExportArgs {
+    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
+    #[arg(long)]
+    lake: String,
+    /// The layout to write.
+    #[arg(long, value_enum)]
+    format: FormatArg,
+    /// Destination: a directory (created if needed) or a store URL.
+    #[arg(long)]
+    out: String,
+    /// Rows per Parquet file of the hf layout.
+    #[arg(long, default_value_t = 10_000)]
+    rows_per_file: usize,
+    /// Curation config (TOML) whose [completeness] section the card's archive figures follow.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Print the summary as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl ExportArgs {
+    pub(crate) async fn run(self, ctx: &super::Ctx) -> Result<ExitCode> {
+        let lake = ctx.open(&self.lake)?;
+        let completeness = crate::jobs::CurationConfig::load(self.config.as_deref())?.completeness;
+        let opts = ExportOptions {
+            format: match self.format {
+                FormatArg::Hf => ExportFormat::Hf,
+                FormatArg::Swebench => ExportFormat::Swebench,
+            },
+            out: self.out,
+            storage_options: ctx.given.clone(),
+            rows_per_file: self.rows_per_file,
+            completeness,
+        };
+        let s = crate::export::run(&lake, &opts).await?;
+        if self.json {
+            println!("{}", serde_json::to_string(&s)?);
+        } else {
+            let rows: Vec<String> = s.rows.iter().map(|(k, v)| format!("{k} {v}")).collect();
+            println!("exported {} to {} ({} files)", rows.join(", "), s.out, s.files.len());
+            if s.only_tests > 0 {
+                println!("left out {} instances that change only test files", s.only_tests);
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
