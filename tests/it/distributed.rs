@@ -184,7 +184,7 @@ async fn sql_jobs_on_a_ballista_cluster_equal_the_local_engine() {
 
     // 2. A generated multi-hour lake from the real excerpts (PRs spanning hours, two eras).
     let hours = dir.path().join("hours");
-    let o = swelake::samples::GenerateOptions {
+    let o = swelake::generate::GenerateOptions {
         sources: vec![
             crate::common::gharchive("2015-01-01-15.json.gz"),
             crate::common::gharchive("2025-01-01-15.json.gz"),
@@ -194,7 +194,7 @@ async fn sql_jobs_on_a_ballista_cluster_equal_the_local_engine() {
         copies: 2,
         hours_before: 0,
     };
-    let files = swelake::samples::generate_hours(&o, &hours).unwrap();
+    let files = swelake::generate::generate_hours(&o, &hours).unwrap();
     assert_eq!(files.len(), 4);
     let sql_jobs: Vec<String> = ["pr_timeline", "pull_requests", "issues", "pr_issue_links"].map(String::from).to_vec();
     let mut lakes = Vec::new();
@@ -288,9 +288,10 @@ async fn shards_equal_one_worker(dir: &Path, hours: &Path, git: GitOptions, n: u
     run(&many, &registry, &["pull_requests".to_string()], &RunOptions::default()).await.unwrap();
     let workers = (0..n).map(|i| {
         let mut g = git.clone();
-        g.shard = Some(swelake::git::Shard { index: i, count: n });
+        g.scope.shard = Some(swelake::git::Shard { index: i, count: n });
         // Each worker its own mirror cache, as on separate machines.
-        g.mirrors = swelake::git::Mirrors::new(g.mirrors.repo_url.clone(), dir.join(format!("mirrors-{i}")));
+        g.scope.mirrors =
+            swelake::git::Mirrors::new(g.scope.mirrors.repo_url.clone(), dir.join(format!("mirrors-{i}")));
         let many = &many;
         let registry = &registry;
         async move {

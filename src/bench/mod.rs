@@ -1,0 +1,98 @@
+//! Benchmarks (`swelake bench …`): each prints a figure next to a baseline measured on the same
+//! machine in the same run, and the ratio. They are commands, never timed tests.
+//!
+//! One file per benchmark; `cluster` starts what they need on loopback (moto, Ballista); the
+//! Python baselines are files under `bench/`; the generated archive days they run on come from
+//! [`crate::generate`]. The trainer's benchmarks live in its crate (`swelake_train::bench`).
+//! Here: the helpers every benchmark uses, to run a child process timed and measured.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+
+mod backfill;
+mod blobs;
+mod cluster;
+mod ingest;
+mod jobs;
+mod lake;
+mod relevance;
+mod reward;
+
+pub use backfill::*;
+pub use blobs::*;
+use cluster::*;
+pub use ingest::*;
+pub use jobs::*;
+pub use lake::*;
+pub use relevance::*;
+pub use reward::*;
+
+fn have(cmd: &str, arg: &str) -> bool {
+    Command::new(cmd).arg(arg).output().map(|o| o.status.success()).unwrap_or(false)
+}
+
+/// Runs a command pinned to CPU 0 if `taskset` exists; returns wall seconds, the peak RSS of
+/// that child in MiB (from its own `wait4` usage, not the maximum over earlier children) and
+/// its stdout.
+fn timed_child(mut args: Vec<String>, pin: bool) -> Result<(f64, f64, String)> {
+    if pin {
+        args.splice(0..0, ["taskset".to_string(), "-c".to_string(), "0".to_string()]);
+    }
+    let t = Instant::now();
+    let mut child = Command::new(&args[0])
+        .args(&args[1..])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running {}", args[0]))?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let err_reader = std::thread::spawn(move || {
+        let mut e = String::new();
+        let _ = stderr.read_to_string(&mut e);
+        e
+    });
+    let mut out = String::new();
+    stdout.read_to_string(&mut out)?;
+    let mut status = 0i32;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waits for our own child; wait4 only writes into the two out-parameters.
+    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut usage) };
+    let secs = t.elapsed().as_secs_f64();
+    let err = err_reader.join().unwrap_or_default();
+    if pid < 0 {
+        bail!("waiting for {}: {}", args[0], std::io::Error::last_os_error());
+    }
+    if libc::WIFSIGNALED(status) {
+        let sig = libc::WTERMSIG(status);
+        let hint = if sig == libc::SIGKILL { " (SIGKILL: out of memory? see dmesg)" } else { "" };
+        bail!(
+            "{} was killed by signal {sig}{hint} at {:.0} MiB peak RSS: {err}",
+            args.join(" "),
+            usage.ru_maxrss as f64 / 1024.0
+        );
+    }
+    if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+        bail!("{} failed: {err}", args.join(" "));
+    }
+    Ok((secs, usage.ru_maxrss as f64 / 1024.0, out))
+}
+
+/// Bytes under `dir`, recursively.
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return std::fs::metadata(dir).map(|m| m.len()).unwrap_or(0);
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            _ => e.metadata().map(|m| m.len()).unwrap_or(0),
+        })
+        .sum()
+}
