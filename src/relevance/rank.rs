@@ -1,14 +1,10 @@
 //! Ranking the files of a repository that a PR did not change by how relevant they are to it.
 //!
 //! Text alone is a weak signal (embedding whole files loses to BM25), so the ranker adds what
-//! the task gives for free: the changed paths. A candidate scores for
-//! - `bm25`: BM25 of the PR/issue text and the changed paths against its path and content;
-//! - `embedding`: MiniLM similarity of that text to the candidate's best chunk (not its head);
-//! - `imports`: it imports a changed module, or a changed file imports it;
-//! - `tests`: it is the test of a changed module, or the module a changed test tests;
-//! - `cochange`: how often it changed together with the changed files in the repository's
-//!   earlier PRs;
-//! - `same_dir`: it sits next to a changed file (weak on its own).
+//! the task gives for free: the changed paths, the repository's history and its code's
+//! structure. Every feature is a row of the [`features!`] table below ([`Feature`]): its name
+//! (the weight's key in `config/curation.toml`, the column of `--features-out`), what it
+//! measures, and its starting weight.
 //!
 //! Each feature is scaled to [0, 1] over the candidates and combined with the weights of the
 //! curation config. `Ranker::Bm25` is the baseline: BM25 alone.
@@ -20,6 +16,8 @@ use serde::{Deserialize, Serialize};
 
 use super::bm25::Bm25;
 use super::imports::{self, Target};
+
+use Feature as F;
 
 /// Which ranker to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -40,136 +38,118 @@ impl Ranker {
     }
 }
 
-/// The features of a candidate, in the order of [`Weights::to_array`] and of learned models.
-pub const FEATURES: [&str; NF] = [
-    "bm25",
-    "bm25_text",
-    "path_terms",
-    "imports",
-    "import_names",
-    "tests",
-    "cochange",
-    "cochange_recent",
-    "prior",
-    "same_dir",
-    "symbols_text",
-    "symbols_changed",
-    "kind_missing",
-    "similar_changes",
-    "embedding",
-    "cochange_conf",
-    "cochange_conf_sum",
-    "callers",
-    "named_in_text",
-    "recent_touch",
-    "dir_share",
-    "bm25_full",
-];
-pub const NF: usize = 22;
+/// The features of the ranker, in the order of the feature vector: variant, name, starting
+/// weight (`config/curation.toml`'s, fitted on pallets/flask and pallets/click), what it
+/// measures. [`Feature`], [`FEATURES`], [`NF`] and [`Weights`] are made from this one table.
+macro_rules! features {
+    ($($variant:ident $name:ident $weight:literal $doc:literal,)*) => {
+        /// A feature of a candidate: its index in the feature vector (`x[i][F::Bm25 as usize]`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        #[repr(usize)]
+        pub enum Feature {
+            $(#[doc = $doc] $variant,)*
+        }
+
+        /// Features in all.
+        pub const NF: usize = [$(Feature::$variant,)*].len();
+
+        impl Feature {
+            /// Every feature, in vector order.
+            pub const ALL: [Feature; NF] = [$(Feature::$variant,)*];
+
+            /// Its name: the key of its weight and its `--features-out` column.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(Feature::$variant => stringify!($name),)*
+                }
+            }
+
+            /// What it measures.
+            pub const fn doc(self) -> &'static str {
+                match self {
+                    $(Feature::$variant => $doc,)*
+                }
+            }
+        }
+
+        /// Weights of the hybrid ranker (documented in `config/curation.toml`): the starting
+        /// point, and the ranker itself until the lake holds enough earlier PRs to learn them from.
+        #[derive(Debug, Clone, Serialize, Deserialize)]
+        #[serde(default, deny_unknown_fields)]
+        pub struct Weights {
+            $(#[doc = $doc] pub $name: f64,)*
+        }
+
+        impl Default for Weights {
+            /// The values of `config/curation.toml`.
+            fn default() -> Self {
+                Weights { $($name: $weight,)* }
+            }
+        }
+
+        impl Weights {
+            /// The weights in vector order.
+            pub fn to_array(&self) -> [f64; NF] {
+                [$(self.$name,)*]
+            }
+        }
+    };
+}
+
+features! {
+    Bm25 bm25 1.21 "BM25 (identifier-aware) of the PR/issue text and the changed paths against the candidate's path and first 8,000 characters.",
+    Bm25Text bm25_text 0.75 "BM25 of the text alone.",
+    PathTerms path_terms 0.76 "Terms of the changed paths in the candidate's path.",
+    Imports imports 0.53 "It imports a changed file, or a changed file imports it (resolved to paths).",
+    ImportNames import_names 0.03 "Module-name imports between it and the changed files, for languages whose imports are not resolved.",
+    Tests tests 0.35 "It is the test of a changed module, or the module a changed test tests.",
+    Cochange cochange 0.19 "How often it changed together with the changed files in earlier PRs.",
+    CochangeRecent cochange_recent 0.45 "The same, each earlier PR counting half every 60 PRs.",
+    Prior prior -0.48 "How often it changed at all in earlier PRs (decayed).",
+    SameDir same_dir 0.17 "It sits in a directory of a changed file.",
+    SymbolsText symbols_text 0.62 "Its definitions named in the text, rarer names counting more.",
+    SymbolsChanged symbols_changed 0.64 "Its definitions used by the changed files.",
+    KindMissing kind_missing 0.65 "It is a test and no test is among the visible files, or code and no code is.",
+    SimilarChanges similar_changes 0.98 "The 20 earlier PRs whose text reads most alike changed it.",
+    Embedding embedding 0.75 "MiniLM similarity of the text to its chunk closest to the query (the re-ranking stage only).",
+    CochangeConf cochange_conf 0.42 "The largest share of a changed file's earlier PRs that also changed it.",
+    CochangeConfSum cochange_conf_sum 0.58 "The sum of those shares over the changed files.",
+    Callers callers 0.74 "Its uses of the changed files' definitions.",
+    NamedInText named_in_text 0.59 "Its file name (stem) appears in the text.",
+    RecentTouch recent_touch 0.42 "How lately it changed (halved every 8 PRs).",
+    DirShare dir_share 0.39 "The share of its directory's files that the PR changed.",
+    Bm25Full bm25_full 0.62 "BM25 over the whole file, not only its head.",
+}
+
+/// Feature names in vector order (the columns of `--features-out`, the keys of learned models).
+pub const FEATURES: [&str; NF] = {
+    let mut out = [""; NF];
+    let mut i = 0;
+    while i < NF {
+        out[i] = Feature::ALL[i].name();
+        i += 1;
+    }
+    out
+};
 /// The feature that needs the encoder (computed only for the candidates that reach re-ranking).
-pub const EMBEDDING: usize = 14;
+pub const EMBEDDING: usize = Feature::Embedding as usize;
+
+/// The features as a Markdown table (name, starting weight, what it measures): the table of
+/// `docs/curation.md`, which a test keeps equal to this.
+pub fn feature_table() -> String {
+    let w = Weights::default().to_array();
+    let mut out = String::from("| feature | starting weight | what it measures |\n|---|---|---|\n");
+    for f in Feature::ALL {
+        out.push_str(&format!("| `{}` | {} | {} |\n", f.name(), w[f as usize], f.doc()));
+    }
+    out
+}
 /// Earlier changes whose text is most like the query's that vote for the files they changed.
 const SIMILAR_CHANGES: usize = 20;
-const SIMILAR: usize = 13;
-const COCHANGE_CONF: usize = 15;
-const COCHANGE_CONF_SUM: usize = 16;
-const CALLERS: usize = 17;
-const NAMED_IN_TEXT: usize = 18;
-const RECENT_TOUCH: usize = 19;
-const DIR_SHARE: usize = 20;
-const BM25_FULL: usize = 21;
 /// Changes after which an earlier change counts half for `recent_touch` (files in current work).
 const RECENT_HALF_LIFE: f64 = 8.0;
 /// Changes after which an earlier change counts half (co-change and prior decay).
 const HALF_LIFE_CHANGES: f64 = 60.0;
-
-/// Weights of the hybrid ranker (documented in `config/curation.toml`): the starting point,
-/// and the ranker itself until the lake holds enough earlier PRs to learn them from.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Weights {
-    pub bm25: f64,
-    pub bm25_text: f64,
-    pub path_terms: f64,
-    pub imports: f64,
-    pub import_names: f64,
-    pub tests: f64,
-    pub cochange: f64,
-    pub cochange_recent: f64,
-    pub prior: f64,
-    pub same_dir: f64,
-    pub symbols_text: f64,
-    pub symbols_changed: f64,
-    pub kind_missing: f64,
-    pub similar_changes: f64,
-    pub embedding: f64,
-    pub cochange_conf: f64,
-    pub cochange_conf_sum: f64,
-    pub callers: f64,
-    pub named_in_text: f64,
-    pub recent_touch: f64,
-    pub dir_share: f64,
-    pub bm25_full: f64,
-}
-
-impl Default for Weights {
-    /// The values of `config/curation.toml` (fitted on pallets/flask and pallets/click).
-    fn default() -> Self {
-        Weights {
-            bm25: 1.21,
-            bm25_text: 0.75,
-            path_terms: 0.76,
-            imports: 0.53,
-            import_names: 0.03,
-            tests: 0.35,
-            cochange: 0.19,
-            cochange_recent: 0.45,
-            prior: -0.48,
-            same_dir: 0.17,
-            symbols_text: 0.62,
-            symbols_changed: 0.64,
-            kind_missing: 0.65,
-            similar_changes: 0.98,
-            embedding: 0.75,
-            cochange_conf: 0.42,
-            cochange_conf_sum: 0.58,
-            callers: 0.74,
-            named_in_text: 0.59,
-            recent_touch: 0.42,
-            dir_share: 0.39,
-            bm25_full: 0.62,
-        }
-    }
-}
-
-impl Weights {
-    pub fn to_array(&self) -> [f64; NF] {
-        [
-            self.bm25,
-            self.bm25_text,
-            self.path_terms,
-            self.imports,
-            self.import_names,
-            self.tests,
-            self.cochange,
-            self.cochange_recent,
-            self.prior,
-            self.same_dir,
-            self.symbols_text,
-            self.symbols_changed,
-            self.kind_missing,
-            self.similar_changes,
-            self.embedding,
-            self.cochange_conf,
-            self.cochange_conf_sum,
-            self.callers,
-            self.named_in_text,
-            self.recent_touch,
-            self.dir_share,
-            self.bm25_full,
-        ]
-    }
-}
 
 /// A linear model over the scaled features: the config's weights or weights learned from the
 /// lake's earlier PRs.
@@ -472,9 +452,9 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
     let full = Bm25::from_counts(f.iter().map(|x| (x.full_terms.clone(), x.full_len)).collect()).scores(&query);
     let mut x = vec![[0.0; NF]; n];
     for i in 0..n {
-        x[i][0] = bm25[i];
-        x[i][1] = bm25_text[i];
-        x[i][BM25_FULL] = full[i];
+        x[i][F::Bm25 as usize] = bm25[i];
+        x[i][F::Bm25Text as usize] = bm25_text[i];
+        x[i][F::Bm25Full as usize] = full[i];
     }
 
     // Symbols: a definition named in the text (or used by a changed file) points at its
@@ -485,9 +465,10 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
     }
     let text_ids = identifiers(q.text);
     for i in 0..n {
-        x[i][10] = f[i].defs.iter().filter(|d| text_ids.contains(*d)).map(|d| 1.0 / df[d.as_str()]).sum();
+        x[i][F::SymbolsText as usize] =
+            f[i].defs.iter().filter(|d| text_ids.contains(*d)).map(|d| 1.0 / df[d.as_str()]).sum();
         let s = stem(&candidates[i].path);
-        x[i][NAMED_IN_TEXT] = f64::from(u8::from(s.len() >= 4 && text_ids.contains(&s)));
+        x[i][F::NamedInText as usize] = f64::from(u8::from(s.len() >= 4 && text_ids.contains(&s)));
     }
 
     let history_files = if q.history.iter().any(|e| !e.renames.is_empty()) {
@@ -506,7 +487,7 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
         for (score, k) in sim.into_iter().take(SIMILAR_CHANGES) {
             for p in &history_files[k] {
                 if let Some(&i) = by_path.get(p.as_str()) {
-                    x[i][SIMILAR] += score;
+                    x[i][F::SimilarChanges as usize] += score;
                 }
             }
         }
@@ -594,13 +575,15 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
         let path_terms = paths.scores(&q.changed.join(" "));
         for (i, c) in candidates.iter().enumerate() {
             let s = stem(&c.path);
-            x[i][2] = path_terms[i];
+            x[i][F::PathTerms as usize] = path_terms[i];
             let imports_changed = f[i].imports.iter().any(|t| !changed_index.resolve(t).is_empty());
-            x[i][3] = f64::from(u8::from(imports_changed)) + f64::from(u8::from(imported_by_changed[i]));
+            x[i][F::Imports as usize] =
+                f64::from(u8::from(imports_changed)) + f64::from(u8::from(imported_by_changed[i]));
             let names_changed = f[i].import_names.iter().any(|n| changed_stems.contains(n));
-            x[i][4] = f64::from(u8::from(names_changed)) + f64::from(u8::from(changed_names.contains(&s)));
+            x[i][F::ImportNames as usize] =
+                f64::from(u8::from(names_changed)) + f64::from(u8::from(changed_names.contains(&s)));
             let is_test_of_changed = tested_stem(&c.path).is_some_and(|t| changed_stems.contains(&t));
-            x[i][5] = if is_test_of_changed || changed_tested.contains(&s) {
+            x[i][F::Tests as usize] = if is_test_of_changed || changed_tested.contains(&s) {
                 1.0
             } else {
                 let fuzzy = match tested_stem(&c.path) {
@@ -613,12 +596,14 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
                     0.0
                 }
             };
-            x[i][6] = co.get(c.path.as_str()).copied().unwrap_or(0.0);
-            x[i][7] = co_recent.get(c.path.as_str()).copied().unwrap_or(0.0);
-            x[i][8] = prior.get(c.path.as_str()).copied().unwrap_or(0.0);
-            x[i][9] = f64::from(u8::from(changed_dirs.contains(dir(&c.path))));
-            x[i][11] = f[i].defs.iter().filter(|d| changed_ids.contains(*d)).map(|d| 1.0 / df[d.as_str()]).sum();
-            x[i][12] = f64::from(u8::from(if is_test(&c.path) { !has_tests } else { !has_source }));
+            x[i][F::Cochange as usize] = co.get(c.path.as_str()).copied().unwrap_or(0.0);
+            x[i][F::CochangeRecent as usize] = co_recent.get(c.path.as_str()).copied().unwrap_or(0.0);
+            x[i][F::Prior as usize] = prior.get(c.path.as_str()).copied().unwrap_or(0.0);
+            x[i][F::SameDir as usize] = f64::from(u8::from(changed_dirs.contains(dir(&c.path))));
+            x[i][F::SymbolsChanged as usize] =
+                f[i].defs.iter().filter(|d| changed_ids.contains(*d)).map(|d| 1.0 / df[d.as_str()]).sum();
+            x[i][F::KindMissing as usize] =
+                f64::from(u8::from(if is_test(&c.path) { !has_tests } else { !has_source }));
             let mut conf_max = 0.0f64;
             let mut conf_sum = 0.0f64;
             for v in q.changed.iter().map(String::as_str) {
@@ -628,13 +613,14 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
                     conf_sum += conf;
                 }
             }
-            x[i][COCHANGE_CONF] = conf_max;
-            x[i][COCHANGE_CONF_SUM] = conf_sum;
-            x[i][CALLERS] = users.iter().filter(|(d, _)| f[i].ids.contains(**d)).map(|(_, k)| 1.0 / k).sum::<f64>();
-            x[i][RECENT_TOUCH] = recent.get(c.path.as_str()).copied().unwrap_or(0.0);
+            x[i][F::CochangeConf as usize] = conf_max;
+            x[i][F::CochangeConfSum as usize] = conf_sum;
+            x[i][F::Callers as usize] =
+                users.iter().filter(|(d, _)| f[i].ids.contains(**d)).map(|(_, k)| 1.0 / k).sum::<f64>();
+            x[i][F::RecentTouch as usize] = recent.get(c.path.as_str()).copied().unwrap_or(0.0);
             let d = dir(&c.path);
             let done = dir_changed.get(d).copied().unwrap_or(0.0);
-            x[i][DIR_SHARE] = done / (done + dir_unchanged[d]);
+            x[i][F::DirShare as usize] = done / (done + dir_unchanged[d]);
         }
     }
     for (i, c) in candidates.iter().enumerate() {
@@ -657,6 +643,26 @@ pub fn order(scores: &[f64], candidates: &[Candidate]) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_feature_table_is_the_config_and_the_docs() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let config: toml::Table = std::fs::read_to_string(root.join("config/curation.toml")).unwrap().parse().unwrap();
+        let weights = config["relevance"]["weights"].as_table().unwrap();
+        let keys: Vec<&str> = weights.keys().map(String::as_str).collect();
+        let mut names = FEATURES.to_vec();
+        names.sort();
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(sorted, names, "config/curation.toml [relevance.weights]");
+        let defaults = Weights::default().to_array();
+        for f in Feature::ALL {
+            assert_eq!(weights[f.name()].as_float(), Some(defaults[f as usize]), "{}", f.name());
+            assert_eq!(FEATURES[f as usize], f.name());
+        }
+        let docs = std::fs::read_to_string(root.join("docs/curation.md")).unwrap();
+        assert!(docs.contains(&feature_table()), "docs/curation.md's feature table is not:\n{}", feature_table());
+    }
 
     fn cand(p: &str, c: &str) -> Candidate {
         Candidate { path: p.into(), blob: p.into(), content: c.into(), embedding_similarity: 0.0 }
