@@ -12,6 +12,7 @@
 //! | [`relevance`] | `pr_quality`, `pr_snapshots`, `pr_files`, `pull_requests`, `pr_issue_links`, `issues`, git mirrors | `pr_relevant_files`, `blob_embeddings`, `file_blobs`, `relevance_models` |
 //! | [`seed`] | `pr_quality`, `pull_requests`, `pr_snapshots`, `pr_files`, `file_blobs`, `pr_relevant_files`, `pr_issue_links`, `issues` | `rl_seed`, `seed_rejections`, `shards/seed/*.parquet` |
 //! | [`report`] | `pr_quality`, `rl_seed`, `pr_files`, `seed_rejections` | `card.md` and its charts |
+//! | [`export`] | `rl_seed`, `pull_requests`, `pr_issue_links`, `events` | a Hugging Face dataset, SWE-bench instances |
 //! | [`reward`] (crate `swelake-reward`) | answers, rollout tables | scores |
 //! | [`train`] (crate `swelake-train`) | `shards/seed/*.parquet`, rollout tables | checkpoints, `metrics.parquet` |
 //!
@@ -19,7 +20,8 @@
 //!
 //! The modules form four layers, and a module imports only from layers below its own (a test
 //! holds this):
-//! 1. infrastructure: [`lake`] (tables, run records, the blob store), [`schema`] (table
+//! 1. infrastructure: [`archive`] (GH Archive's hours and their completeness), [`lake`]
+//!    (tables, run records, the blob store), [`schema`] (table
 //!    contracts), [`git`], `lang`, [`query`] (typed reads), `config` (the curation file), [`files`],
 //!    and from `swelake-core` [`models`], [`memory`], [`progress`], [`charts`], [`hash`],
 //!    [`rng`];
@@ -27,11 +29,12 @@
 //!    [`report`], [`reward`], [`train`]; a stage imports infrastructure, and only the reward of
 //!    the other stages;
 //! 3. orchestration: [`jobs`] (the scheduler), [`distributed`] (the SQL jobs on Ballista), [`udfs`] (every SQL function, registered by the
-//!    layers that plan queries), [`sql`] (the `swelake sql` command), `demo`, `bench`,
+//!    layers that plan queries), [`sql`] (the `swelake sql` command), [`export`], [`generate`] (archive days for benchmarks), `demo`, `bench`,
 //!    [`samples`];
 //! 4. [`cli`]: the command line, the only module that knows clap.
 
 // Infrastructure.
+pub mod archive;
 pub(crate) mod config;
 pub mod files;
 pub mod git;
@@ -56,6 +59,8 @@ pub use swelake_train as train;
 pub(crate) mod bench;
 pub(crate) mod demo;
 pub mod distributed;
+pub mod export;
+pub mod generate;
 pub mod jobs;
 pub mod samples;
 pub mod sql;

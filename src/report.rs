@@ -19,7 +19,7 @@ pub struct ReportOptions {
     /// Directory for `card.md` and its charts.
     pub out: PathBuf,
     /// How the archive's hours are judged for the card's completeness section.
-    pub completeness: crate::lake::hours::CompletenessConfig,
+    pub completeness: crate::archive::CompletenessConfig,
 }
 
 /// What a report run wrote.
@@ -131,7 +131,7 @@ async fn write_sources(lake: &Lake, ctx: &SessionContext, opts: &ReportOptions, 
     for (k, v) in &problems {
         writeln!(md, "| instances whose problem statement is {k} | {v} |")?;
     }
-    let Some(c) = crate::lake::hours::assess(lake, &opts.completeness).await? else {
+    let Some(c) = crate::archive::assess(lake, &opts.completeness).await? else {
         writeln!(md, "\nNo GH Archive hours were ingested into this lake (its PRs come from git).")?;
         return Ok(());
     };

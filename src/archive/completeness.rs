@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use super::Lake;
+use crate::lake::Lake;
 
-pub const SOURCE_HOURS: &str = "source_hours";
+use super::SOURCE_HOURS;
 
 /// How an hour is judged (the `[completeness]` section of the config).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

@@ -1,8 +1,86 @@
 //! The flags of `swelake bench …`, parsed into the benchmarks' plain option structs.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
-use clap::Args;
+use anyhow::Result;
+use clap::{Args, Subcommand};
+
+use super::default_jobs;
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum BenchCommand {
+    /// Ingest throughput on one core vs plain gunzip and (if installed) DuckDB.
+    Ingest(IngestBenchArgs),
+    /// Reward throughput vs python3's difflib on the same cases.
+    Reward(RewardBenchArgs),
+    /// Ingest of generated hours into a local lake vs an S3-compatible store (moto on
+    /// loopback), with --jobs 1 vs --jobs 2.
+    Lake(LakeBenchArgs),
+    /// Blob extraction (the snapshot job's reads) vs `git cat-file --batch`.
+    Blobs(BlobsBenchArgs),
+    /// GRPO train-step tokens/s (tiny and SmolLM2-135M shapes) vs the same step in PyTorch.
+    Train(TrainBenchArgs),
+    /// Rollout ⋈ seed join and group statistics: polars lazy scan vs the parquet crate's reader.
+    Rollouts(RolloutsBenchArgs),
+    /// Relevance per PR before re-ranking vs now (PRs/s, chunks/s, cache hit rate, recall on
+    /// the same PRs), and Python onnxruntime encoding the same chunks (when python3 has it).
+    Relevance(RelevanceBenchArgs),
+    /// A generated day of GH Archive through ingest and the SQL jobs: events/s, rows/s and
+    /// peak RSS per step on the local engine, the same jobs on Ballista with 1 and 2
+    /// executors on loopback, and DuckDB on the PR jobs over the same files.
+    Jobs(JobsBenchArgs),
+    /// Days of generated GH Archive through `run --all`, one day at a time into one growing
+    /// lake (generate, run, delete the day's input): seconds and peak RSS per day, the last
+    /// day's next to the first's.
+    Backfill(BackfillBenchArgs),
+}
+
+impl BenchCommand {
+    pub(crate) async fn run(self) -> Result<ExitCode> {
+        match self {
+            BenchCommand::Ingest(a) => crate::bench::ingest(&a.into_options()).await?,
+            BenchCommand::Reward(a) => crate::bench::reward(&a.into_options())?,
+            BenchCommand::Lake(a) => {
+                let opts = a.into_options();
+                tokio::task::block_in_place(|| crate::bench::lake(&opts))?
+            }
+            BenchCommand::Blobs(a) => crate::bench::blobs(&a.into_options())?,
+            BenchCommand::Train(a) => {
+                let opts = a.into_options();
+                tokio::task::block_in_place(|| crate::train::bench::run(&opts))?
+            }
+            BenchCommand::Rollouts(a) => {
+                let opts = a.into_options();
+                tokio::task::block_in_place(|| crate::train::bench::rollouts(&opts))?
+            }
+            BenchCommand::Relevance(a) => crate::bench::relevance(&a.into_options(default_jobs())).await?,
+            BenchCommand::Jobs(a) => crate::bench::jobs(&a.into_options()).await?,
+            BenchCommand::Backfill(a) => {
+                let opts = a.into_options();
+                tokio::task::block_in_place(|| crate::bench::backfill(&opts))?
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Internal: decompress a file and count its lines (the floor of `bench ingest`); with
+/// `--zstd-pages`, also compress the text in 1 MiB zstd-1 pages (its lower bound).
+#[derive(Args, Debug)]
+pub(crate) struct BenchFloorArgs {
+    path: PathBuf,
+    #[arg(long)]
+    zstd_pages: bool,
+}
+
+impl BenchFloorArgs {
+    pub(crate) fn run(self) -> Result<ExitCode> {
+        let (lines, packed) = crate::bench::gunzip_pages(&self.path, self.zstd_pages)?;
+        println!("{lines} {packed}");
+        Ok(ExitCode::SUCCESS)
+    }
+}
 
 #[derive(Args, Debug)]
 pub(crate) struct TrainBenchArgs {

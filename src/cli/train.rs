@@ -288,3 +288,35 @@ impl EvalArgs {
         }
     }
 }
+
+impl TrainArgs {
+    pub(crate) async fn run(self, ctx: &super::Ctx) -> anyhow::Result<std::process::ExitCode> {
+        let mut keep = Vec::new();
+        let mut opts = self.into_options();
+        opts.rollouts = super::local_glob(opts.rollouts.take(), &ctx.given, &mut keep).await?;
+        opts.seed_shards = super::local_glob(opts.seed_shards.take(), &ctx.given, &mut keep).await?;
+        tokio::task::block_in_place(|| crate::train::run::train(&opts))?;
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+}
+
+impl GenerateArgs {
+    pub(crate) async fn run(self, ctx: &super::Ctx) -> anyhow::Result<std::process::ExitCode> {
+        let mut keep = Vec::new();
+        let mut opts = self.into_options();
+        opts.seed_shards = super::local_glob(Some(opts.seed_shards), &ctx.given, &mut keep).await?.unwrap_or_default();
+        tokio::task::block_in_place(|| crate::train::run::generate(&opts))?;
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+}
+
+impl EvalArgs {
+    pub(crate) async fn run(self, ctx: &super::Ctx) -> anyhow::Result<std::process::ExitCode> {
+        let mut keep = Vec::new();
+        let mut opts = self.into_options();
+        opts.seed_shards = super::local_glob(Some(opts.seed_shards), &ctx.given, &mut keep).await?.unwrap_or_default();
+        opts.rollouts = super::local_glob(opts.rollouts.take(), &ctx.given, &mut keep).await?;
+        tokio::task::block_in_place(|| crate::train::run::eval(&opts))?;
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+}

@@ -6,8 +6,11 @@ use std::sync::Arc;
 use arrow::array::{Array, AsArray, BooleanArray};
 use arrow::compute::cast;
 use arrow::datatypes::DataType;
-use datafusion::common::{exec_err, Result};
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use datafusion::common::types::logical_string;
+use datafusion::common::Result;
+use datafusion::logical_expr::{
+    Coercion, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignatureClass, Volatility,
+};
 
 use super::{is_version_only_patch, Predicates};
 
@@ -60,10 +63,7 @@ impl ScalarUDFImpl for FilterUdf {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let want = if self.which == Which::BotAccount { 2 } else { 1 };
-        if arrays.len() != want {
-            return exec_err!("{} takes {want} argument(s)", self.name());
-        }
+        // The signature admits any string type (and NULL); the predicates read plain strings.
         let cols: Vec<_> = arrays.iter().map(|a| cast(a, &DataType::Utf8)).collect::<std::result::Result<_, _>>()?;
         let get = |c: usize, r: usize| -> Option<&str> {
             let a = cols[c].as_string::<i32>();
@@ -92,7 +92,14 @@ pub fn filter_udfs(predicates: Arc<Predicates>) -> Vec<ScalarUDF> {
             ScalarUDF::new_from_impl(FilterUdf {
                 which,
                 predicates: predicates.clone(),
-                signature: Signature::any(if which == Which::BotAccount { 2 } else { 1 }, Volatility::Immutable),
+                // `is_bot_account(login, user_type)`, the others `(text)`: strings, a fixed arity.
+                signature: Signature::coercible(
+                    vec![
+                        Coercion::new_exact(TypeSignatureClass::Native(logical_string()));
+                        if which == Which::BotAccount { 2 } else { 1 }
+                    ],
+                    Volatility::Immutable,
+                ),
             })
         })
         .collect()

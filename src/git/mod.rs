@@ -59,6 +59,46 @@ impl Mirrors {
     }
 }
 
+/// Which repositories a git stage works on, and how: one scope for snapshots, prs_from_git
+/// and relevance (`swelake run`'s `--repo-url`, `--cache-dir`, `--repos`, `--repos-file`,
+/// `--shard`, `--force`).
+#[derive(Debug, Clone)]
+pub struct Scope {
+    /// Where the repositories are and where their mirrors are kept.
+    pub mirrors: Mirrors,
+    /// Only these repositories (`None`: every repository of the lake).
+    pub repos: Option<Vec<String>>,
+    /// Only the repositories of this shard (`--shard I/N`): N workers together cover every
+    /// repository exactly once.
+    pub shard: Option<Shard>,
+    /// Redo work that is already done.
+    pub force: bool,
+    /// Threads: repositories at once (snapshots, prs_from_git), encoder threads (relevance).
+    pub threads: usize,
+    pub show_progress: bool,
+}
+
+impl Scope {
+    /// Every repository of `mirrors`, two threads, no progress bars.
+    pub fn new(mirrors: Mirrors) -> Scope {
+        Scope { mirrors, repos: None, shard: None, force: false, threads: 2, show_progress: false }
+    }
+
+    /// Whether `repo` is in scope (named, when repositories are named, and in the shard).
+    pub fn includes(&self, repo: &str) -> bool {
+        self.repos.as_ref().is_none_or(|r| r.iter().any(|x| x == repo)) && self.shard.is_none_or(|s| s.owns(repo))
+    }
+
+    /// What a run over this scope leases: the named repositories, else the shard, else all.
+    pub fn lease_keys(&self) -> Vec<String> {
+        match (&self.repos, &self.shard) {
+            (Some(r), _) => r.clone(),
+            (None, Some(s)) => vec![s.lease_key()],
+            (None, None) => vec!["__all__".to_string()],
+        }
+    }
+}
+
 /// The default mirror cache: `$XDG_CACHE_HOME/swelake/mirrors` or `~/.cache/swelake/mirrors`.
 pub fn default_cache_dir() -> PathBuf {
     let base = std::env::var_os("XDG_CACHE_HOME")

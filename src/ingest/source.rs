@@ -9,36 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
-use chrono::{NaiveDate, NaiveDateTime};
 use futures::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use url::Url;
 
-/// An hour of the archive: `YYYY-MM-DD-H` (hour not zero-padded), ordered by time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Hour(pub NaiveDateTime);
-
-impl Hour {
-    /// Parses `YYYY-MM-DD-H` (also accepts a zero-padded hour).
-    pub fn parse(s: &str) -> Option<Hour> {
-        let (date, hour) = s.rsplit_once('-')?;
-        let date = NaiveDate::parse_from_str(date, "%Y-%m-%d").ok()?;
-        if hour.is_empty() || hour.len() > 2 || !hour.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        let h: u32 = hour.parse().ok()?;
-        Some(Hour(date.and_hms_opt(h, 0, 0)?))
-    }
-
-    pub fn key(&self) -> String {
-        self.0.format("%Y-%m-%d-%-H").to_string()
-    }
-
-    pub fn next(&self) -> Hour {
-        Hour(self.0 + chrono::Duration::hours(1))
-    }
-}
+pub use crate::archive::Hour;
 
 /// One file to ingest.
 #[derive(Debug, Clone)]

@@ -47,7 +47,7 @@ pub struct LakeStatus {
     /// Leases held now (expired and released ones are left out).
     pub leases: Vec<Entry>,
     /// Whether the ingested hours are complete (`None`: no hour ingested yet).
-    pub hours: Option<crate::lake::hours::Completeness>,
+    pub hours: Option<crate::archive::Completeness>,
 }
 
 fn time_of(us: i64) -> String {
@@ -115,7 +115,7 @@ pub async fn status(lake: &Lake, registry: &Registry, opts: &RunOptions) -> Resu
     }
     let now = chrono::Utc::now().timestamp_millis();
     let leases = lake.leases(None).await?.into_iter().filter(|e| !e.released && e.expires_at > now).collect();
-    let hours = crate::lake::hours::assess(lake, &opts.curation.completeness).await?;
+    let hours = crate::archive::assess(lake, &opts.curation.completeness).await?;
     Ok(LakeStatus { lake: lake.location(), jobs, tables, leases, hours })
 }
 

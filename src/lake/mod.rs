@@ -21,7 +21,7 @@
 
 pub mod blobs;
 pub mod commit;
-pub mod hours;
+
 pub mod lease;
 pub mod maintain;
 pub mod runs;

@@ -25,7 +25,7 @@ use git2::{Oid, Repository, Sort};
 use regex::Regex;
 use serde::{Deserialize, Serialize};
 
-use crate::git::{GitFailure, Mirrors};
+use crate::git::GitFailure;
 use crate::lake::runs::{self, RunRecord};
 use crate::lake::{writer_properties, Codec, Lake, TableWriter};
 
@@ -320,15 +320,9 @@ fn landing_commits(repo: &Repository, line: &[Oid]) -> Result<HashMap<Oid, Oid>,
 /// Settings of a run.
 #[derive(Debug, Clone)]
 pub struct GitPrOptions {
-    pub mirrors: Mirrors,
-    /// The lake's repositories (`--repos-file`); `None`: those of `pr_timeline`.
-    pub repos: Option<Vec<String>>,
-    /// Scan again repositories whose refs did not move.
-    pub force: bool,
-    pub threads: usize,
-    pub show_progress: bool,
-    /// Only the repositories of this shard.
-    pub shard: Option<crate::git::Shard>,
+    /// The repositories (`repos`: the lake's, from `--repos-file`; `None`: those of
+    /// `pr_timeline`; `force`: scan again repositories whose refs did not move).
+    pub scope: crate::git::Scope,
 }
 
 /// What a run did.
@@ -397,7 +391,7 @@ struct Existing {
 /// Finds the merged PRs of every repository in scope whose refs moved since its last scan.
 pub async fn run(lake: &Lake, opts: &GitPrOptions) -> Result<GitPrSummary> {
     let mut summary = GitPrSummary::default();
-    let repos: Vec<String> = match &opts.repos {
+    let repos: Vec<String> = match &opts.scope.repos {
         Some(r) => r.clone(),
         None if lake.has_table(super::PR_TIMELINE).await? => {
             let ctx = lake.session().await?;
@@ -405,7 +399,7 @@ pub async fn run(lake: &Lake, opts: &GitPrOptions) -> Result<GitPrSummary> {
         }
         None => anyhow::bail!("no repositories to read: give --repos-file, or ingest events first"),
     };
-    let repos: Vec<String> = repos.into_iter().filter(|r| opts.shard.is_none_or(|s| s.owns(r))).collect();
+    let repos: Vec<String> = repos.into_iter().filter(|r| opts.scope.shard.is_none_or(|s| s.owns(r))).collect();
     summary.repos = repos.len();
     let done = runs::latest_ok(lake, JOB).await?;
     let known: HashMap<String, String> = done
@@ -414,18 +408,18 @@ pub async fn run(lake: &Lake, opts: &GitPrOptions) -> Result<GitPrSummary> {
         .collect();
     let known = Arc::new(known);
 
-    let mp = crate::progress::multi(opts.show_progress);
+    let mp = crate::progress::multi(opts.scope.show_progress);
     let bar = mp.add(crate::progress::count_bar(repos.len() as u64, "repositories"));
     let mut stream = futures::stream::iter(repos.into_iter().map(|repo| {
         let opts = opts.clone();
         let known = known.clone();
         async move {
             tokio::task::spawn_blocking(move || {
-                let outcome = match opts.mirrors.refresh(&repo) {
+                let outcome = match opts.scope.mirrors.refresh(&repo) {
                     Err(f) => Outcome::Failed(f),
                     Ok(r) => {
                         let fp = refs_fingerprint(&r).unwrap_or_default();
-                        if !opts.force && known.get(&repo) == Some(&fp) {
+                        if !opts.scope.force && known.get(&repo) == Some(&fp) {
                             Outcome::Unchanged
                         } else {
                             let started = std::time::Instant::now();
@@ -444,7 +438,7 @@ pub async fn run(lake: &Lake, opts: &GitPrOptions) -> Result<GitPrSummary> {
             .context("a git reader panicked")
         }
     }))
-    .buffer_unordered(opts.threads.max(1));
+    .buffer_unordered(opts.scope.threads.max(1));
     while let Some(r) = stream.next().await {
         let (repo, outcome) = r?;
         match outcome {

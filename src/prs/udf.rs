@@ -8,8 +8,12 @@ use std::sync::{Arc, LazyLock};
 use arrow::array::{Array, ArrayRef, AsArray, Int64Builder, ListBuilder, StringBuilder, StructBuilder};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Field, Fields};
-use datafusion::common::{exec_err, Result};
-use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility};
+use datafusion::common::types::{logical_int32, logical_int64, logical_string, NativeType};
+use datafusion::common::Result;
+use datafusion::logical_expr::{
+    Coercion, ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, TypeSignature,
+    TypeSignatureClass, Volatility,
+};
 
 use super::links::resolving_refs;
 
@@ -30,8 +34,23 @@ struct ResolvingRefs {
     signature: Signature,
 }
 
+/// `(text VARCHAR, repo_name VARCHAR)` or `(…, own_number BIGINT)`: a call of another shape
+/// is a planning error that names the function and these signatures.
 pub fn resolving_refs_udf() -> ScalarUDF {
-    ScalarUDF::new_from_impl(ResolvingRefs { signature: Signature::variadic_any(Volatility::Immutable) })
+    let string = Coercion::new_exact(TypeSignatureClass::Native(logical_string()));
+    let number = Coercion::new_implicit(
+        TypeSignatureClass::Native(logical_int64()),
+        vec![TypeSignatureClass::Native(logical_int32()), TypeSignatureClass::Integer],
+        NativeType::Int64,
+    );
+    let signature = Signature::one_of(
+        vec![
+            TypeSignature::Coercible(vec![string.clone(), string.clone()]),
+            TypeSignature::Coercible(vec![string.clone(), string, number]),
+        ],
+        Volatility::Immutable,
+    );
+    ScalarUDF::new_from_impl(ResolvingRefs { signature })
 }
 
 impl ScalarUDFImpl for ResolvingRefs {
@@ -50,9 +69,7 @@ impl ScalarUDFImpl for ResolvingRefs {
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let n = args.number_rows;
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        if !(2..=3).contains(&arrays.len()) {
-            return exec_err!("resolving_refs takes (text, repo_name [, own_number])");
-        }
+        // The signature admits any string type; the links are found in plain strings.
         let text = cast(&arrays[0], &DataType::Utf8)?;
         let repo = cast(&arrays[1], &DataType::Utf8)?;
         let own: Option<ArrayRef> = match arrays.get(2) {
@@ -84,5 +101,27 @@ impl ScalarUDFImpl for ResolvingRefs {
             list.append(true);
         }
         Ok(ColumnarValue::Array(Arc::new(list.finish())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::SessionContext;
+
+    async fn plan(sql: &str) -> Result<(), String> {
+        let ctx = SessionContext::new();
+        ctx.register_udf(super::resolving_refs_udf());
+        ctx.sql(sql).await.map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    #[tokio::test]
+    async fn a_wrong_call_is_a_planning_error_naming_the_function_and_its_arguments() {
+        for bad in ["SELECT resolving_refs(1)", "SELECT resolving_refs('t')", "SELECT resolving_refs(1, 'o/r')"] {
+            let e = plan(bad).await.unwrap_err();
+            assert!(e.contains("resolving_refs") && e.contains("String"), "{bad}: {e}");
+        }
+        plan("SELECT resolving_refs('Fixes #1', 'o/r')").await.unwrap();
+        plan("SELECT resolving_refs('Fixes #1', 'o/r', 7)").await.unwrap();
+        plan("SELECT resolving_refs(arrow_cast('Fixes #1', 'Utf8View'), NULL, CAST(7 AS INT))").await.unwrap();
     }
 }

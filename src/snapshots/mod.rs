@@ -38,32 +38,18 @@ pub const PARTITION_KEY: &str = "repo_name";
 /// Settings of a snapshot run.
 #[derive(Debug, Clone)]
 pub struct SnapshotOptions {
-    /// Where the repositories are and where their mirrors are kept.
-    pub mirrors: Mirrors,
-    /// Only these repositories.
-    pub repos: Option<Vec<String>>,
+    /// The repositories (`force`: snapshot again PRs that are already `ok`; `threads`:
+    /// repositories at once).
+    pub scope: crate::git::Scope,
     /// Blobs larger than this are recorded (size, binary flag) without their content.
     pub max_blob_bytes: usize,
-    /// Repositories processed at once.
-    pub jobs: usize,
-    /// Snapshot again PRs that are already `ok`.
-    pub force: bool,
-    pub show_progress: bool,
-    /// Only the repositories of this shard.
-    pub shard: Option<crate::git::Shard>,
 }
 
 impl SnapshotOptions {
     pub fn new(repo_url: impl Into<String>, cache_dir: std::path::PathBuf) -> Self {
-        SnapshotOptions {
-            mirrors: Mirrors::new(repo_url, cache_dir),
-            repos: None,
-            max_blob_bytes: 1 << 20,
-            jobs: 2,
-            force: false,
-            show_progress: true,
-            shard: None,
-        }
+        let scope =
+            crate::git::Scope { show_progress: true, ..crate::git::Scope::new(Mirrors::new(repo_url, cache_dir)) };
+        SnapshotOptions { scope, max_blob_bytes: 1 << 20 }
     }
 }
 
@@ -114,7 +100,7 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
         anyhow::bail!("no pull_requests table yet: run the pull_requests job first");
     }
     let ctx = lake.session().await?;
-    let scope = match &opts.repos {
+    let scope = match &opts.scope.repos {
         Some(r) if !r.is_empty() => {
             format!(" AND repo_name IN ({})", r.iter().map(|x| quote(x)).collect::<Vec<_>>().join(", "))
         }
@@ -128,7 +114,7 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
         ),
     )
     .await?;
-    let prs: Vec<PrRef> = match opts.shard {
+    let prs: Vec<PrRef> = match opts.scope.shard {
         Some(s) => prs.into_iter().filter(|p| s.owns(&p.repo_name)).collect(),
         None => prs,
     };
@@ -146,7 +132,7 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
     };
     // Done: snapshotted with the SHAs the PR has now. A PR done again loses its old rows first
     // (see `write_repo`).
-    let done: HashSet<(&str, i64, &str, &str)> = if opts.force {
+    let done: HashSet<(&str, i64, &str, &str)> = if opts.scope.force {
         HashSet::new()
     } else {
         ok.iter().map(|p| (p.repo_name.as_str(), p.number, p.base_sha.as_str(), p.head_sha.as_str())).collect()
@@ -164,7 +150,7 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
         blobs::known(lake).await?.iter().filter_map(|s| git2::Oid::from_str(s).ok()).collect();
     let known = Arc::new(Mutex::new(known));
 
-    let mp = crate::progress::multi(opts.show_progress);
+    let mp = crate::progress::multi(opts.scope.show_progress);
     let bar = mp.add(crate::progress::count_bar(by_repo.len() as u64, "repositories"));
     let mut stream = futures::stream::iter(by_repo.into_iter().map(|(repo, prs)| {
         let opts = opts.clone();
@@ -175,7 +161,7 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
                 .context("a snapshot worker panicked")
         }
     }))
-    .buffer_unordered(opts.jobs.max(1));
+    .buffer_unordered(opts.scope.threads.max(1));
     while let Some(result) = stream.next().await {
         let r = result?;
         write_repo(lake, &r, &mut summary).await.with_context(|| format!("writing snapshots of {}", r.repo))?;
@@ -208,8 +194,8 @@ fn snapshot_repo(
             });
         }
     };
-    let url = opts.mirrors.url(repo_name);
-    let repo = match opts.mirrors.open(repo_name) {
+    let url = opts.scope.mirrors.url(repo_name);
+    let repo = match opts.scope.mirrors.open(repo_name) {
         Ok(r) => r,
         Err(f) => {
             fail_all(&mut out, f);

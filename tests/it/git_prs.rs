@@ -225,7 +225,7 @@ async fn prs_made_four_ways_are_found_in_git_and_become_seed_instances() {
     let registry = Registry::load(None, None).unwrap();
     let mirrors = Mirrors::new(format!("{}/{{repo}}.git", dir.path().join("src").display()), dir.path().join("cache"));
     let mut git_opts = GitOptions::new(mirrors);
-    git_opts.repos = Some(vec!["acme/widgets".to_string()]);
+    git_opts.scope.repos = Some(vec!["acme/widgets".to_string()]);
     git_opts.discover_prs = true;
     let mut curation = swelake::jobs::CurationConfig::load(None).unwrap();
     curation.relevance.ranker = swelake::relevance::rank::Ranker::Bm25;
@@ -412,7 +412,7 @@ async fn real_histories_give_their_merged_prs_from_git_alone_and_beside_the_arch
         let mirrors =
             Mirrors::new(format!("{}/{{repo}}.git", dir.path().join("src").display()), dir.path().join("cache"));
         let mut g = GitOptions::new(mirrors);
-        g.repos = Some(vec![name.to_string()]);
+        g.scope.repos = Some(vec![name.to_string()]);
         g.discover_prs = true;
         let opts = RunOptions { git: Some(g), ..Default::default() };
         let expected: BTreeMap<String, Expected> =
@@ -556,7 +556,7 @@ async fn symlinks_submodules_and_type_changes_are_git_s_and_never_code() {
         format!("{}/{{repo}}.git", dir.path().join("src").display()),
         dir.path().join("cache"),
     ));
-    g.repos = Some(vec!["acme/links".to_string()]);
+    g.scope.repos = Some(vec!["acme/links".to_string()]);
     g.discover_prs = true;
     let mut curation = swelake::jobs::CurationConfig::load(None).unwrap();
     curation.relevance.ranker = swelake::relevance::rank::Ranker::Bm25;

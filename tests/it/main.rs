@@ -6,12 +6,14 @@
 mod common;
 mod curation;
 mod distributed;
+mod docs;
 mod git_prs;
 mod history;
 mod ingest;
 mod lake;
 mod layers;
 mod prs;
+mod python;
 mod remote;
 mod reward;
 mod snapshots;

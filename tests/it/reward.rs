@@ -111,6 +111,23 @@ async fn sql_udf_scores_json_and_map_arguments() {
     let r = batches[0].column(0).as_primitive::<arrow::datatypes::Float64Type>();
     assert!(!r.is_null(0));
     assert_eq!(r.value(0), 1.0);
+
+    // A wrong call fails when the query is planned, naming the function and its arguments.
+    for (bad, says) in [
+        ("SELECT swerl_reward('{}', '{}')", "takes 3 arguments, not 2"),
+        ("SELECT swerl_reward(1, '{}', 'x')", "argument 1 (context) is Int64"),
+        ("SELECT swerl_format_error('{}', '{}', 7)", "argument 3 (output) is Int64"),
+        ("SELECT resolving_refs(1)", "resolving_refs"),
+        ("SELECT is_noise_path(1)", "is_noise_path"),
+        ("SELECT is_bot_account('a')", "is_bot_account"),
+    ] {
+        let e = format!("{:#}", swelake::sql::query(&lake, bad).await.unwrap_err());
+        assert!(e.contains(says), "{bad}: {e}");
+        assert!(
+            e.contains("Error during planning") || e.contains("coerce") || e.contains("No function matches"),
+            "{bad}: {e}"
+        );
+    }
 }
 
 fn map_array(maps: &[&Value]) -> arrow::array::MapArray {
