@@ -1,0 +1,335 @@
+//! The job declarations (`jobs/*.toml`, compiled in or read from `--jobs-dir`) and their SQL
+//! files: what each job reads, writes and runs, and the order they run in.
+
+use super::*;
+
+/// A section of the curation config that a job reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Section {
+    Filters,
+    Relevance,
+    Seed,
+}
+
+/// What a job does.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// Runs an SQL file over the lake and writes its result.
+    Sql(sql_job::SqlStep),
+    /// GH Archive hour files into `events` (needs a source).
+    Ingest,
+    /// File snapshots from git (needs the repositories).
+    Snapshots,
+    /// Relevant-but-unchanged files (needs the repositories).
+    Relevance,
+    /// The seed dataset.
+    Seed,
+    /// Merged PRs read from git (needs the repositories, and discovery on).
+    PrsFromGit,
+}
+
+impl Step {
+    /// What `step =` says in a job file.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Step::Sql(_) => "sql",
+            Step::Ingest => "ingest",
+            Step::Snapshots => "snapshots",
+            Step::Relevance => "relevance",
+            Step::Seed => "seed",
+            Step::PrsFromGit => "prs_from_git",
+        }
+    }
+
+    /// For the Rust stages: the tables they write, their unit of work and their config section.
+    fn contract(&self) -> Option<(Vec<&'static str>, Partitioning, Option<Section>)> {
+        let col = |c: &str| Partitioning::Column(c.to_string());
+        Some(match self {
+            Step::Sql(_) => return None,
+            Step::Ingest => (crate::ingest::OUTPUTS.to_vec(), col(crate::ingest::PARTITION_KEY), None),
+            Step::Snapshots => (crate::snapshots::OUTPUTS.to_vec(), col(crate::snapshots::PARTITION_KEY), None),
+            Step::Relevance => {
+                (crate::relevance::OUTPUTS.to_vec(), col(crate::relevance::PARTITION_KEY), Some(Section::Relevance))
+            }
+            Step::Seed => (crate::seed::OUTPUTS.to_vec(), Partitioning::Whole, Some(Section::Seed)),
+            Step::PrsFromGit => {
+                (crate::prs::from_git::OUTPUTS.to_vec(), col(crate::prs::from_git::PARTITION_KEY), None)
+            }
+        })
+    }
+}
+
+/// How a job divides its work.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Partitioning {
+    /// By the values of a column of its driving input (or the stage's own unit of work).
+    Column(String),
+    /// Its inputs as a whole (`partition_key = "*"`).
+    Whole,
+}
+
+impl Partitioning {
+    fn key(&self) -> &str {
+        match self {
+            Partitioning::Column(c) => c,
+            Partitioning::Whole => "*",
+        }
+    }
+}
+
+/// A job declaration (`jobs/NAME.toml`), checked.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    pub name: String,
+    pub description: String,
+    pub step: Step,
+    /// Tables the job reads.
+    pub inputs: Vec<String>,
+    /// Inputs that may not exist yet (read as empty tables of their schema file).
+    pub optional_inputs: Vec<String>,
+    /// Tables the job writes (an SQL job writes the first).
+    pub outputs: Vec<String>,
+    pub partitioning: Partitioning,
+    pub depends_on: Vec<String>,
+    /// The config section the job reads (and is fingerprinted by).
+    pub config: Option<Section>,
+}
+
+/// A job file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct JobFile {
+    name: String,
+    description: String,
+    step: String,
+    #[serde(default)]
+    sql: Option<String>,
+    #[serde(default)]
+    inputs: Vec<String>,
+    #[serde(default)]
+    driving_input: Option<String>,
+    partition_key: String,
+    #[serde(default)]
+    outputs: Vec<String>,
+    #[serde(default)]
+    depends_on: Vec<String>,
+    #[serde(default)]
+    optional_inputs: Vec<String>,
+    #[serde(default)]
+    also_due_when: Option<String>,
+    #[serde(default)]
+    write: Option<sql_job::WriteSpec>,
+    #[serde(default)]
+    config: Option<Section>,
+    #[serde(default)]
+    local_settings: BTreeMap<String, String>,
+}
+
+impl JobFile {
+    fn into_spec(self) -> Result<JobSpec> {
+        let name = self.name.clone();
+        let partitioning = match self.partition_key.as_str() {
+            "*" => Partitioning::Whole,
+            c => Partitioning::Column(c.to_string()),
+        };
+        let step = match self.step.as_str() {
+            "sql" => {
+                let file = self.sql.clone().context("step `sql` needs `sql = \"FILE.sql\"`")?;
+                let driving_input = self.driving_input.clone().context("step `sql` needs `driving_input`")?;
+                let write = self.write.clone().context("step `sql` needs a [write] section")?;
+                if self.outputs.is_empty() {
+                    bail!("step `sql` needs `outputs` (it writes the first)");
+                }
+                if !self.inputs.contains(&driving_input) {
+                    bail!("the driving input `{driving_input}` is not among `inputs`");
+                }
+                // A misspelt key or value fails when the file is read, not when the job runs.
+                let mut probe = datafusion::config::ConfigOptions::new();
+                for (key, value) in &self.local_settings {
+                    probe.set(key, value).with_context(|| format!("local_settings: {key} = {value:?}"))?;
+                }
+                Step::Sql(sql_job::SqlStep {
+                    file,
+                    driving_input,
+                    write,
+                    also_due_when: self.also_due_when.clone(),
+                    local_settings: self.local_settings.clone(),
+                })
+            }
+            "ingest" => Step::Ingest,
+            "snapshots" => Step::Snapshots,
+            "relevance" => Step::Relevance,
+            "seed" => Step::Seed,
+            "prs_from_git" => Step::PrsFromGit,
+            other => bail!("unknown step `{other}` (known: sql, ingest, prs_from_git, snapshots, relevance, seed)"),
+        };
+        let mut config = self.config;
+        if let Some((outputs, unit, section)) = step.contract() {
+            for (field, given) in [
+                ("sql", self.sql.is_some()),
+                ("driving_input", self.driving_input.is_some()),
+                ("write", self.write.is_some()),
+                ("also_due_when", self.also_due_when.is_some()),
+                ("local_settings", !self.local_settings.is_empty()),
+            ] {
+                if given {
+                    bail!("`{field}` is for SQL jobs; the {} step does not read it", step.name());
+                }
+            }
+            let (have, want): (BTreeSet<&str>, BTreeSet<&str>) =
+                (self.outputs.iter().map(String::as_str).collect(), outputs.iter().copied().collect());
+            if have != want {
+                bail!("`outputs` says {have:?}, but the {} step writes {want:?}", step.name());
+            }
+            if partitioning != unit {
+                bail!(
+                    "`partition_key` says {:?}, but the {} step works by {:?}",
+                    self.partition_key,
+                    step.name(),
+                    unit.key()
+                );
+            }
+            if config.is_some() && config != section {
+                bail!("the {} step reads config section {section:?}, not {config:?}", step.name());
+            }
+            config = section;
+        }
+        for o in &self.optional_inputs {
+            if !self.inputs.contains(o) {
+                bail!("optional input `{o}` is not among `inputs`");
+            }
+        }
+        Ok(JobSpec {
+            name,
+            description: self.description,
+            step,
+            inputs: self.inputs,
+            optional_inputs: self.optional_inputs,
+            outputs: self.outputs,
+            partitioning,
+            depends_on: self.depends_on,
+            config,
+        })
+    }
+}
+
+pub(crate) const EMBEDDED_JOBS: &[(&str, &str)] = &[
+    ("ingest", include_str!("../../jobs/ingest.toml")),
+    ("pr_timeline", include_str!("../../jobs/pr_timeline.toml")),
+    ("issues", include_str!("../../jobs/issues.toml")),
+    ("prs_from_git", include_str!("../../jobs/prs_from_git.toml")),
+    ("pull_requests", include_str!("../../jobs/pull_requests.toml")),
+    ("pr_issue_links", include_str!("../../jobs/pr_issue_links.toml")),
+    ("snapshots", include_str!("../../jobs/snapshots.toml")),
+    ("filters", include_str!("../../jobs/filters.toml")),
+    ("relevance", include_str!("../../jobs/relevance.toml")),
+    ("seed", include_str!("../../jobs/seed.toml")),
+];
+
+pub(crate) const EMBEDDED_SQL: &[(&str, &str)] = &[
+    ("pr_timeline.sql", include_str!("../../sql/pr_timeline.sql")),
+    ("issues.sql", include_str!("../../sql/issues.sql")),
+    ("pull_requests.sql", include_str!("../../sql/pull_requests.sql")),
+    ("pr_issue_links.sql", include_str!("../../sql/pr_issue_links.sql")),
+    ("pr_quality.sql", include_str!("../../sql/pr_quality.sql")),
+];
+
+pub(crate) fn parse_job(text: &str, origin: &str) -> Result<JobSpec> {
+    let file: JobFile = toml::from_str(text).with_context(|| format!("parsing {origin}"))?;
+    file.into_spec().with_context(|| format!("in {origin}"))
+}
+
+/// The declared jobs and their SQL.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    pub jobs: BTreeMap<String, JobSpec>,
+    sql: BTreeMap<String, String>,
+}
+
+impl Registry {
+    /// The built-in jobs, with files in `jobs_dir`/`sql_dir` (if given) taking precedence.
+    pub fn load(jobs_dir: Option<&Path>, sql_dir: Option<&Path>) -> Result<Registry> {
+        let mut jobs = BTreeMap::new();
+        for (name, text) in EMBEDDED_JOBS {
+            let spec = parse_job(text, &format!("jobs/{name}.toml"))?;
+            jobs.insert(spec.name.clone(), spec);
+        }
+        if let Some(dir) = jobs_dir {
+            for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+                let path = entry?.path();
+                if path.extension().is_some_and(|e| e == "toml") {
+                    let text = std::fs::read_to_string(&path)?;
+                    let spec = parse_job(&text, &path.display().to_string())?;
+                    jobs.insert(spec.name.clone(), spec);
+                }
+            }
+        }
+        let mut sql: BTreeMap<String, String> =
+            EMBEDDED_SQL.iter().map(|(n, t)| (n.to_string(), t.to_string())).collect();
+        if let Some(dir) = sql_dir {
+            for entry in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+                let path: PathBuf = entry?.path();
+                if path.extension().is_some_and(|e| e == "sql") {
+                    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+                    sql.insert(name, std::fs::read_to_string(&path)?);
+                }
+            }
+        }
+        let r = Registry { jobs, sql };
+        r.validate()?;
+        Ok(r)
+    }
+
+    fn validate(&self) -> Result<()> {
+        for j in self.jobs.values() {
+            for d in &j.depends_on {
+                if !self.jobs.contains_key(d) {
+                    bail!("job `{}` depends on unknown job `{d}`", j.name);
+                }
+            }
+            if let Step::Sql(s) = &j.step {
+                if !self.sql.contains_key(&s.file) {
+                    bail!("job `{}`: no SQL file `{}`", j.name, s.file);
+                }
+            }
+        }
+        self.order(&self.jobs.keys().cloned().collect::<Vec<_>>()).map(|_| ())
+    }
+
+    pub fn sql(&self, file: &str) -> Option<&str> {
+        self.sql.get(file).map(|s| s.as_str())
+    }
+
+    /// `wanted` and everything they depend on, dependencies first.
+    pub fn order(&self, wanted: &[String]) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        let mut state: BTreeMap<String, u8> = BTreeMap::new();
+        fn visit(r: &Registry, name: &str, state: &mut BTreeMap<String, u8>, out: &mut Vec<String>) -> Result<()> {
+            match state.get(name) {
+                Some(2) => return Ok(()),
+                Some(1) => bail!("jobs depend on each other in a cycle through `{name}`"),
+                _ => {}
+            }
+            let Some(job) = r.jobs.get(name) else {
+                bail!("no job `{name}` (known: {})", r.jobs.keys().cloned().collect::<Vec<_>>().join(", "));
+            };
+            state.insert(name.to_string(), 1);
+            for d in &job.depends_on {
+                visit(r, d, state, out)?;
+            }
+            state.insert(name.to_string(), 2);
+            out.push(name.to_string());
+            Ok(())
+        }
+        for w in wanted {
+            visit(self, w, &mut state, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// The job that writes `table`, if any.
+    pub fn writer_of(&self, table: &str) -> Option<&JobSpec> {
+        self.jobs.values().find(|j| j.outputs.iter().any(|o| o == table))
+    }
+}
