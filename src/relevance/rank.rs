@@ -2,7 +2,7 @@
 //!
 //! Text alone is a weak signal (embedding whole files loses to BM25), so the ranker adds what
 //! the task gives for free: the changed paths, the repository's history and its code's
-//! structure. Every feature is a row of the [`features!`] table below ([`Feature`]): its name
+//! structure. Every feature is a row of the `features!` table below ([`Feature`]): its name
 //! (the weight's key in `config/curation.toml`, the column of `--features-out`), what it
 //! measures, and its starting weight.
 //!
@@ -52,18 +52,15 @@ macro_rules! features {
 
         /// Features in all.
         pub const NF: usize = [$(Feature::$variant,)*].len();
-
         impl Feature {
             /// Every feature, in vector order.
             pub const ALL: [Feature; NF] = [$(Feature::$variant,)*];
-
             /// Its name: the key of its weight and its `--features-out` column.
             pub const fn name(self) -> &'static str {
                 match self {
                     $(Feature::$variant => stringify!($name),)*
                 }
             }
-
             /// What it measures.
             pub const fn doc(self) -> &'static str {
                 match self {

@@ -9,7 +9,7 @@
 //! - Batch calls that score many cases on N threads with the GIL released.
 //!
 //! The TRL reward function is plain Python (`python/swelake_reward/__init__.py`): it only
-//! unpacks TRL's columns and calls [`compute_score_batch`].
+//! unpacks TRL's columns and calls `compute_score_batch`.
 //!
 //! Bad input raises: `TypeError` for a value of the wrong type, `ValueError` for a ground
 //! truth or case that does not parse. Nothing here panics on input.
