@@ -9,4 +9,4 @@ FROM pr_snapshots s
 JOIN pull_requests p ON p.repo_name = s.repo_name AND p.number = s.pr_number
 JOIN pr_files f ON f.repo_name = s.repo_name AND f.pr_number = s.pr_number
 WHERE s.status = 'ok' AND s.repo_name = (SELECT repo_name FROM eval_repo)
-ORDER BY p.merged_at, s.pr_number
+ORDER BY p.merged_at, s.pr_number, f.path

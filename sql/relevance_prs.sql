@@ -1,9 +1,11 @@
 -- relevance: the kept, snapshotted PRs to rank, with the text the ranker matches against —
 -- the PR's title and body and the titles and bodies of the issues it resolves — and the time
--- it was merged (microseconds; its history is the PRs merged before it).
+-- it was merged (microseconds; its history is the PRs merged before it). Every order is fixed:
+-- the ranker's input, and so its scores, must be the same on every run.
 WITH issue_text AS (
     SELECT l.repo_name, l.pr_number,
-           string_agg(concat(coalesce(i.title, ''), chr(10), coalesce(i.body, '')), chr(10)) AS text
+           string_agg(concat(coalesce(i.title, ''), chr(10), coalesce(i.body, '')), chr(10)
+                      ORDER BY l.issue_repo_name, l.issue_number) AS text
     FROM pr_issue_links l
     JOIN issues i ON i.repo_name = l.issue_repo_name AND i.number = l.issue_number
     GROUP BY l.repo_name, l.pr_number

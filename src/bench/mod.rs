@@ -20,6 +20,7 @@ mod cluster;
 mod ingest;
 mod jobs;
 mod lake;
+mod project;
 mod relevance;
 mod reward;
 
@@ -29,6 +30,7 @@ use cluster::*;
 pub use ingest::*;
 pub use jobs::*;
 pub use lake::*;
+pub use project::*;
 pub use relevance::*;
 pub use reward::*;
 

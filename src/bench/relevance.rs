@@ -44,7 +44,42 @@ pub async fn relevance(a: &RelevanceBenchOptions) -> Result<()> {
     let mirrors = crate::git::Mirrors::new(a.repo_url.clone(), a.cache_dir.clone());
     let repo = mirrors.open(&a.repo_name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
     let enc = crate::relevance::encoder::Encoder::load(a.threads)?;
+    // What a user pays: the job itself on a copy of the lake, from cold (no embeddings, no
+    // stored fit: the fit is included) and then warm.
+    let job = job_sides(&lake, a, &cfg).await?;
     let sides = bench_sides(&lake, &repo, &a.repo_name, a.prs, &cfg, &enc, a.every_case).await?;
+    println!(
+        "the relevance job on a copy of the lake, {} kept PRs of {} ({} threads):\n",
+        job[0].prs, a.repo_name, a.threads
+    );
+    println!("{:<44} {:>8} {:>8} {:>8} {:>8} {:>9} {:>8}", "", "seconds", "s/PR", "fit s", "cases", "rank s", "chunks");
+    for j in &job {
+        println!(
+            "{:<44} {:>8.1} {:>8.2} {:>8.1} {:>8} {:>9.1} {:>8}",
+            j.name,
+            j.seconds,
+            j.seconds / j.prs.max(1) as f64,
+            j.fit_seconds,
+            j.training_cases,
+            j.rank_seconds,
+            j.embedded_chunks
+        );
+    }
+    if let Some(before) = sides.first() {
+        let base = before.seconds / before.prs.max(1) as f64;
+        println!(
+            "{:<44} {:>8.1} {:>8.2}   ({} PRs, ranking only, from an empty cache)",
+            before.name, before.seconds, base, before.prs
+        );
+        for j in &job {
+            println!(
+                "{}: {:.1}x the encoder on every chunk, per PR",
+                j.name,
+                base / (j.seconds / j.prs.max(1) as f64).max(1e-9)
+            );
+        }
+        println!();
+    }
     println!(
         "relevance of {} kept PRs of {} ({} encoder threads), each side from an empty embedding cache\n",
         sides.first().map_or(0, |s| s.prs),
@@ -251,6 +286,62 @@ pub(super) async fn bench_sides(
             loo_ranks,
             every_case_ranks,
             chunk_texts: texts,
+        });
+    }
+    Ok(out)
+}
+
+/// One run of the relevance job in `bench relevance`.
+pub(super) struct JobSide {
+    pub name: &'static str,
+    pub prs: usize,
+    pub seconds: f64,
+    pub fit_seconds: f64,
+    pub training_cases: usize,
+    pub rank_seconds: f64,
+    pub embedded_chunks: usize,
+}
+
+/// Runs the relevance job for `a.repo_name` on a copy of the (local) lake without the stage's
+/// tables: cold (the fit and every embedding included), then warm (`--force`: the stored fit
+/// and embeddings reused).
+async fn job_sides(lake: &Lake, a: &RelevanceBenchOptions, cfg: &RelevanceConfig) -> Result<Vec<JobSide>> {
+    let root = lake.local_root().context("bench relevance copies the lake: give a local lake directory")?;
+    let copy = a.work.join("lake");
+    if copy.exists() {
+        std::fs::remove_dir_all(&copy).with_context(|| format!("removing {}", copy.display()))?;
+    }
+    super::jobs::link_dir(root, &copy)?;
+    for t in
+        [crate::relevance::PR_RELEVANT_FILES, crate::relevance::BLOB_EMBEDDINGS, crate::relevance::RELEVANCE_MODELS]
+    {
+        let dir = copy.join(t);
+        if dir.exists() {
+            std::fs::remove_dir_all(&dir)?;
+        }
+    }
+    let lake = Lake::open(copy.to_str().context("a lake path that is not UTF-8")?)?;
+    let mut scope = crate::git::Scope::new(crate::git::Mirrors::new(a.repo_url.clone(), a.cache_dir.clone()));
+    scope.repos = Some(vec![a.repo_name.clone()]);
+    scope.threads = a.threads;
+    let mut out = Vec::new();
+    for (name, force) in
+        [("cold lake: fit + rank, empty embedding cache", false), ("warm: stored fit and embeddings (--force)", true)]
+    {
+        let opts = crate::relevance::RelevanceOptions {
+            scope: crate::git::Scope { force, ..scope.clone() },
+            config: cfg.clone(),
+        };
+        let t = Instant::now();
+        let s = crate::relevance::run(&lake, &opts).await?;
+        out.push(JobSide {
+            name,
+            prs: s.prs,
+            seconds: t.elapsed().as_secs_f64(),
+            fit_seconds: s.fit_seconds,
+            training_cases: s.training_cases,
+            rank_seconds: s.rank_seconds,
+            embedded_chunks: s.embedded_chunks,
         });
     }
     Ok(out)

@@ -34,6 +34,10 @@ pub(crate) enum BenchCommand {
     /// lake (generate, run, delete the day's input): seconds and peak RSS per day, the last
     /// day's next to the first's.
     Backfill(BackfillBenchArgs),
+    /// Each stage's unit cost on this machine (ingest events/s, the SQL jobs per million
+    /// events, snapshots PRs/s, relevance from a cold lake and seed per kept PR) multiplied by
+    /// SWE-RL's counts: machine-hours per stage and the wall time on N machines.
+    Project(ProjectBenchArgs),
 }
 
 impl BenchCommand {
@@ -56,6 +60,10 @@ impl BenchCommand {
             }
             BenchCommand::Relevance(a) => crate::bench::relevance(&a.into_options(default_jobs())).await?,
             BenchCommand::Jobs(a) => crate::bench::jobs(&a.into_options()).await?,
+            BenchCommand::Project(a) => {
+                let opts = a.into_options();
+                tokio::task::block_in_place(|| crate::bench::project(&opts))?
+            }
             BenchCommand::Backfill(a) => {
                 let opts = a.into_options();
                 tokio::task::block_in_place(|| crate::bench::backfill(&opts))?
@@ -339,6 +347,72 @@ impl JobsBenchArgs {
             ballista: !self.no_ballista,
             python: self.python,
             repeat: self.repeat.max(1),
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Example (a lake of pallets/jinja after `swelake run filters`):\n  \
+    swelake bench project --lake lake --repo-url '/srv/git/{repo}.git' --machines 32\n\n\
+    The defaults are SWE-RL's corpus: GH Archive 2015-01 to 2025-05 (3,800 days), ~11M merged PRs, \
+    ~500k kept PRs. Events per day is an assumption (2015 days hold ~0.5M, 2024 days ~5M): set \
+    --events-per-day to your range's.")]
+pub(crate) struct ProjectBenchArgs {
+    /// A local lake of a real history after `swelake run filters` (kept, snapshotted PRs).
+    #[arg(long)]
+    lake: PathBuf,
+    /// Where its repositories are ({repo} = owner/name).
+    #[arg(long)]
+    repo_url: String,
+    /// Mirror cache [default: ~/.cache/swelake/mirrors].
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Hours of GH Archive to generate for ingest and the SQL jobs.
+    #[arg(long, default_value_t = 24)]
+    hours: usize,
+    /// Copies of every source event per generated hour.
+    #[arg(long, default_value_t = 8)]
+    copies: usize,
+    /// Real hour files to copy [default: ../shared/gharchive, else tests/data/gharchive].
+    #[arg(long)]
+    sources: Option<PathBuf>,
+    /// Machines the work is spread over.
+    #[arg(long, default_value_t = 32)]
+    machines: usize,
+    /// Days of GH Archive at scale.
+    #[arg(long, default_value_t = 3800.0)]
+    days: f64,
+    /// Events per day at scale (the range's average).
+    #[arg(long, default_value_t = 2_000_000.0)]
+    events_per_day: f64,
+    /// Merged PRs at scale (snapshots).
+    #[arg(long, default_value_t = 11_000_000.0)]
+    merged_prs: f64,
+    /// Kept PRs at scale (relevance, seed).
+    #[arg(long, default_value_t = 500_000.0)]
+    kept_prs: f64,
+    /// Working directory; emptied first.
+    #[arg(long, default_value = "target/bench-project")]
+    work: PathBuf,
+}
+
+impl ProjectBenchArgs {
+    pub(crate) fn into_options(self) -> crate::bench::ProjectBenchOptions {
+        crate::bench::ProjectBenchOptions {
+            lake: self.lake,
+            repo_url: self.repo_url,
+            cache_dir: self.cache_dir.unwrap_or_else(crate::git::default_cache_dir),
+            hours: self.hours.max(1),
+            copies: self.copies.max(1),
+            sources: self.sources,
+            machines: self.machines.max(1),
+            scale: crate::bench::Scale {
+                days: self.days,
+                events_per_day: self.events_per_day,
+                merged_prs: self.merged_prs,
+                kept_prs: self.kept_prs,
+            },
+            work: self.work,
         }
     }
 }

@@ -31,7 +31,7 @@ pub(crate) struct EvalRelevanceArgs {
     /// Curation config (ranker weights).
     #[arg(long)]
     config: Option<PathBuf>,
-    /// BM25 only (no ONNX model needed).
+    /// Without the encoder (no ONNX model needed): BM25 and the hybrid on its first stage alone.
     #[arg(long)]
     bm25_only: bool,
     /// Write every case's scaled features (learned rankers, JSON lines: variant, change,
@@ -47,7 +47,12 @@ impl EvalRelevanceArgs {
     pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
         let a = self;
         let config = crate::jobs::CurationConfig::load(a.config.as_deref())?;
-        let encoder = if a.bm25_only { None } else { Some(crate::relevance::encoder::Encoder::load(default_jobs())?) };
+        // `encoder = false` in the config ranks without the encoder here as in the job.
+        let encoder = if a.bm25_only || !config.relevance.encoder {
+            None
+        } else {
+            Some(crate::relevance::encoder::Encoder::load(default_jobs())?)
+        };
         let mut dump = match &a.features_out {
             Some(p) => Some(std::io::BufWriter::new(
                 std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,

@@ -4,7 +4,7 @@
 //! boundaries, lower-cased, so `parseHTTPHeader`, `parse_http_header` and `parse http header`
 //! share terms. Very short terms and digits-only terms are dropped.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 /// Terms of `text` for retrieval.
@@ -78,25 +78,24 @@ impl Bm25 {
     /// The BM25 score of every document for `query`.
     pub fn scores(&self, query: &str) -> Vec<f64> {
         let n = self.doc_tf.len() as f64;
-        let mut q: HashMap<String, u32> = HashMap::new();
-        for t in terms(query) {
-            *q.entry(t).or_default() += 1;
-        }
+        // The query's terms in a fixed (sorted) order: a document's score is a sum over them,
+        // and a sum in hash order would differ in its last bits from run to run.
+        let q: BTreeSet<String> = terms(query).into_iter().collect();
         // Document frequencies of the query's terms only: an index serves one or two queries.
-        let idf: HashMap<&String, f64> = q
-            .keys()
+        let idf: Vec<f64> = q
+            .iter()
             .map(|t| {
                 let df = self.doc_tf.iter().filter(|d| d.contains_key(t)).count() as f64;
-                (t, ((n - df + 0.5) / (df + 0.5) + 1.0).ln())
+                ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
             })
             .collect();
         (0..self.doc_tf.len())
             .map(|i| {
                 let norm = self.k1 * (1.0 - self.b + self.b * self.doc_len[i] / self.avg_len.max(1.0));
-                q.keys()
-                    .map(|t| {
+                q.iter()
+                    .zip(&idf)
+                    .map(|(t, idf)| {
                         let Some(&f) = self.doc_tf[i].get(t) else { return 0.0 };
-                        let idf = idf[t];
                         let f = f64::from(f);
                         idf * f * (self.k1 + 1.0) / (f + norm)
                     })

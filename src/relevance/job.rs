@@ -6,8 +6,11 @@ use super::*;
 /// What a run did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct RelevanceSummary {
-    /// Repositories ranked with the weights stored by an earlier run (no fit this run).
+    /// Repositories ranked with the weights stored by an earlier run (no choice this run).
     pub fits_reused: usize,
+    /// Repositories whose weights were refitted on their own history this run (the others
+    /// ranked with the config's; `relevance_models.reason` says why).
+    pub fits: usize,
     pub prs: usize,
     pub prs_already_done: usize,
     pub rows: usize,
@@ -115,7 +118,7 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
         return Ok(summary);
     }
     let cfg = opts.config.clone();
-    let enc = if cfg.ranker == Ranker::Hybrid && cfg.encoder {
+    let enc_loaded = if cfg.ranker == Ranker::Hybrid && cfg.encoder {
         match Encoder::load(opts.scope.threads) {
             Ok(e) => Some(e),
             Err(e) => {
@@ -129,11 +132,12 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     } else {
         None
     };
+    let enc = enc_loaded.as_ref();
     let space = embedding_space(&cfg);
     let mut cache = EmbeddingCache::load(lake, &space).await?;
     let mut facts = FactsCache::default();
-    let fingerprint = fit_fingerprint(&cfg, enc.as_ref().map(|e| e.name));
-    let stored = if cfg.ranker == Ranker::Hybrid && cfg.learn { stored_fits(lake).await? } else { HashMap::new() };
+    let fingerprint = fit_fingerprint(&cfg, enc.map(|e| e.name));
+    let stored = if cfg.ranker == Ranker::Hybrid { stored_fits(lake).await? } else { HashMap::new() };
     let mut new_fits: Vec<(String, StoredFit)> = Vec::new();
     let mut rows: Vec<RelevantFile> = Vec::new();
     let mut blobs: Vec<BlobRow> = Vec::new();
@@ -148,12 +152,12 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
         };
         let ctx = RepoContext::new(&repo, &repo_name, w);
         let mut pipeline = Pipeline::from_config(&cfg);
-        if cfg.ranker == Ranker::Hybrid && cfg.learn {
+        if cfg.ranker == Ranker::Hybrid {
             let t = Instant::now();
             let changes = changes_from_lake(lake, &repo_name).await?;
-            // The last fit serves until the history has grown by a quarter: an hourly run with
-            // a few new PRs (or a --force re-rank) does not pay for a fit (minutes with the
-            // encoder) each time. Another config, feature set or encoder fits again.
+            // The last choice serves until the history has grown by a quarter: an hourly run
+            // with a few new PRs (or a --force re-rank) does not pay for a fit each time.
+            // Another config, feature set or encoder chooses again.
             let reusable = stored
                 .get(&repo_name)
                 .filter(|f| f.fingerprint == fingerprint && changes.len() * 4 < f.history_changes * 5);
@@ -162,26 +166,41 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
                 pipeline.full = f.full.clone();
                 summary.fits_reused += 1;
             } else {
-                let mut em = enc.as_ref().map(|e| Embedder { encoder: e, cache: &mut cache, config: &cfg });
-                let (p, cases) = fit_on_history(&repo, &changes, pipeline, &cfg, &mut facts, em.as_mut())?;
-                pipeline = p;
-                summary.training_cases += cases;
+                let as_of = ctx.keys.last().map_or(0, |k| k.0);
+                let choice = choose_weights(&cfg, ctx.prs(), |budget| {
+                    let fit_cfg = RelevanceConfig { train_cases: budget, ..cfg.clone() };
+                    // Without the encoder a fit reads the cheap features only (the embedding
+                    // keeps its configured weight): most of a fit's cost is embedding the
+                    // top candidates of every case.
+                    let mut em = enc.filter(|_| cfg.fit_encoder).map(|e| Embedder {
+                        encoder: e,
+                        cache: &mut cache,
+                        config: &cfg,
+                    });
+                    fit_on_history(&repo, &changes, pipeline.clone(), &fit_cfg, &mut facts, em.as_mut())
+                })?;
+                summary.training_cases += choice.cases;
                 summary.fit_seconds += t.elapsed().as_secs_f64();
-                if cases >= cfg.min_train_cases {
-                    new_fits.push((
-                        repo_name.clone(),
-                        StoredFit {
-                            fingerprint: fingerprint.clone(),
-                            history_changes: changes.len(),
-                            cheap: pipeline.cheap.clone(),
-                            full: pipeline.full.clone(),
-                        },
-                    ));
+                if choice.fitted {
+                    summary.fits += 1;
                 }
+                pipeline = choice.pipeline.clone();
+                new_fits.push((
+                    repo_name.clone(),
+                    StoredFit {
+                        fingerprint: fingerprint.clone(),
+                        history_changes: changes.len(),
+                        cheap: choice.pipeline.cheap,
+                        full: choice.pipeline.full,
+                        weights: if choice.fitted { "fitted" } else { "config" }.to_string(),
+                        reason: choice.reason,
+                        as_of,
+                    },
+                ));
             }
         }
         let t = Instant::now();
-        let ranked = rank_work(&ctx, &pipeline, &cfg, enc.as_ref(), &mut cache, &mut facts, &mut summary)?;
+        let ranked = rank_work(&ctx, &pipeline, &cfg, enc, &mut cache, &mut facts, &mut summary)?;
         for (num, files) in ranked {
             for f in files {
                 blobs.push(BlobRow {
@@ -229,12 +248,73 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     Ok(summary)
 }
 
-/// Weights the job fitted for one repository, as `relevance_models` keeps them.
+/// The weights that rank one repository and why, as `relevance_models` keeps them.
 pub(crate) struct StoredFit {
     pub(crate) fingerprint: String,
     pub(crate) history_changes: usize,
     pub(crate) cheap: Model,
     pub(crate) full: Model,
+    /// `fitted` (on the repository's own history) or `config`.
+    pub(crate) weights: String,
+    pub(crate) reason: String,
+    /// The newest merge of the history they were chosen on (µs): a rerun writes the same row.
+    pub(crate) as_of: i64,
+}
+
+/// Weights for one repository, fitted or the config's, with the reason.
+pub(crate) struct Choice {
+    pub(crate) pipeline: Pipeline,
+    pub(crate) fitted: bool,
+    pub(crate) cases: usize,
+    pub(crate) reason: String,
+}
+
+/// Chooses a repository's weights: a fit on its own history (`fit`, given the case budget)
+/// when `learn` is on and the PRs to rank buy enough cases, else the config's. The budget is
+/// `fit_cases_per_pr` per PR to rank, at most `train_cases`: a fit's cost is cases, so each
+/// ranked PR pays a bounded share of it whatever the size of the history.
+pub(crate) fn choose_weights(
+    cfg: &RelevanceConfig,
+    prs: usize,
+    fit: impl FnOnce(usize) -> Result<(Pipeline, usize)>,
+) -> Result<Choice> {
+    let config =
+        |reason: String, cases: usize| Choice { pipeline: Pipeline::from_config(cfg), fitted: false, cases, reason };
+    if !cfg.learn {
+        return Ok(config("learn = false: the config's weights".into(), 0));
+    }
+    let budget = cfg.train_cases.min(cfg.fit_cases_per_pr.saturating_mul(prs));
+    if budget < cfg.min_train_cases {
+        return Ok(config(
+            format!(
+                "{prs} PRs to rank buy {budget} fit cases (fit_cases_per_pr {}), fewer than min_train_cases {}: \
+                 the config's weights",
+                cfg.fit_cases_per_pr, cfg.min_train_cases
+            ),
+            0,
+        ));
+    }
+    let (pipeline, offered) = fit(budget)?;
+    // Cases the fit could use (a case with a single candidate teaches nothing).
+    let cases = pipeline.cheap.fitted_on;
+    if cases < cfg.min_train_cases || offered < cfg.min_train_cases {
+        return Ok(config(
+            format!(
+                "the history offers {offered} leave-one-out cases ({cases} usable), fewer than min_train_cases {}: \
+                 the config's weights",
+                cfg.min_train_cases
+            ),
+            0,
+        ));
+    }
+    let how =
+        if cfg.fit_encoder { "every weight" } else { "the first stage's weights (the embedding's from the config)" };
+    Ok(Choice {
+        pipeline,
+        fitted: true,
+        cases,
+        reason: format!("refitted {how} on the {cases} most recent leave-one-out cases (budget {budget})"),
+    })
 }
 
 /// What a fit depends on, hashed: the `[relevance]` section (but `top_k`, which only cuts the
@@ -255,13 +335,13 @@ pub(crate) async fn stored_fits(lake: &Lake) -> Result<HashMap<String, StoredFit
     if !lake.has_table(RELEVANCE_MODELS).await? {
         return Ok(HashMap::new());
     }
-    type Row = (String, String, i64, i64, i64, Vec<String>, Vec<f64>, Vec<f64>);
+    type Row = (String, String, i64, i64, i64, Vec<String>, Vec<f64>, Vec<f64>, Option<String>, Option<String>, i64);
     let ctx = lake.session().await?;
     let rows: Vec<Row> = crate::query::rows(
         &ctx,
         &format!(
             "SELECT repo_name, fingerprint, history_changes, training_cases, second_stage_cases, features, \
-             first_stage, second_stage FROM {RELEVANCE_MODELS}"
+             first_stage, second_stage, weights, reason, CAST(fitted_at AS BIGINT) FROM {RELEVANCE_MODELS}"
         ),
     )
     .await?;
@@ -271,26 +351,28 @@ pub(crate) async fn stored_fits(lake: &Lake) -> Result<HashMap<String, StoredFit
     Ok(rows
         .into_iter()
         .filter(|r| r.5.iter().map(String::as_str).eq(FEATURES))
-        .filter_map(|(repo, fingerprint, history, cases, full_cases, _, cheap, full)| {
+        .filter_map(|(repo, fingerprint, history, cases, full_cases, _, cheap, full, weights, reason, as_of)| {
             let fit = StoredFit {
                 fingerprint,
                 history_changes: history.max(0) as usize,
                 cheap: model(&cheap, cases)?,
                 full: model(&full, full_cases)?,
+                weights: weights.unwrap_or_else(|| "fitted".into()),
+                reason: reason.unwrap_or_default(),
+                as_of,
             };
             Some((repo, fit))
         })
         .collect())
 }
 
-/// Upserts the new fits into `relevance_models`.
+/// Upserts the new choices into `relevance_models`.
 pub(crate) async fn store_fits(lake: &Lake, fits: Vec<(String, StoredFit)>) -> Result<()> {
     use arrow::array::{Float64Builder, StringBuilder, TimestampMicrosecondArray};
     if fits.is_empty() {
         return Ok(());
     }
     let schema = crate::schema::arrow(RELEVANCE_MODELS)?;
-    let n = fits.len();
     let mut features = ListBuilder::new(StringBuilder::new());
     let mut cheap = ListBuilder::new(Float64Builder::new());
     let mut full = ListBuilder::new(Float64Builder::new());
@@ -304,7 +386,6 @@ pub(crate) async fn store_fits(lake: &Lake, fits: Vec<(String, StoredFit)>) -> R
         full.values().append_slice(&f.full.weights);
         full.append(true);
     }
-    let now = chrono::Utc::now().timestamp_micros();
     let columns: Vec<ArrayRef> = vec![
         Arc::new(StringArray::from_iter_values(fits.iter().map(|(r, _)| r.as_str()))),
         Arc::new(StringArray::from_iter_values(fits.iter().map(|(_, f)| f.fingerprint.as_str()))),
@@ -314,7 +395,9 @@ pub(crate) async fn store_fits(lake: &Lake, fits: Vec<(String, StoredFit)>) -> R
         Arc::new(features.finish()),
         Arc::new(cheap.finish()),
         Arc::new(full.finish()),
-        Arc::new(TimestampMicrosecondArray::from(vec![now; n]).with_timezone("UTC")),
+        Arc::new(TimestampMicrosecondArray::from_iter_values(fits.iter().map(|(_, f)| f.as_of)).with_timezone("UTC")),
+        Arc::new(StringArray::from_iter_values(fits.iter().map(|(_, f)| f.weights.as_str()))),
+        Arc::new(StringArray::from_iter_values(fits.iter().map(|(_, f)| f.reason.as_str()))),
     ];
     // The builders' lists are nullable; the contract's fields may not be: take its types.
     let columns = columns

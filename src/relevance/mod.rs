@@ -74,12 +74,19 @@ pub struct RelevanceConfig {
     pub rerank: usize,
     /// Re-rank with the MiniLM encoder (false: the first stage alone; no model is fetched).
     pub encoder: bool,
-    /// Learn the weights from the repository's earlier PRs (else the config's weights).
+    /// Refit the weights on a repository's earlier PRs where its history is large enough
+    /// (else, and for smaller ones, the config's weights, fitted across repositories).
     pub learn: bool,
-    /// Leave-one-out cases (the most recent) to learn from.
+    /// Leave-one-out cases (the most recent) a fit reads at most.
     pub train_cases: usize,
+    /// ... and at most this many per PR the run ranks, so that a fit costs each ranked PR a
+    /// bounded share (a count, not a time: the same input gives the same fit on any machine).
+    pub fit_cases_per_pr: usize,
     /// Fewer cases than this: the config's weights.
     pub min_train_cases: usize,
+    /// Run the encoder on a fit's cases to refit the embedding's weight too (else the fit
+    /// reads the cheap features only and keeps the config's embedding weight).
+    pub fit_encoder: bool,
     pub weights: rank::Weights,
 }
 

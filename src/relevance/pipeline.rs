@@ -161,6 +161,9 @@ pub struct Learner {
     pub(crate) fitted_at: usize,
     pub(crate) min_cases: usize,
     pub(crate) max_cases: usize,
+    /// Refit the embedding's weight (else the starting one stays, as in the job's fits
+    /// without the encoder).
+    pub(crate) fit_embedding: bool,
     pub fits: usize,
 }
 
@@ -175,6 +178,7 @@ impl Learner {
             fitted_at: 0,
             min_cases: cfg.min_train_cases.max(1),
             max_cases: cfg.train_cases.max(1),
+            fit_embedding: cfg.fit_encoder,
             fits: 0,
         }
     }
@@ -231,7 +235,7 @@ impl Learner {
         // are enough re-ranked cases (until then the config's).
         let mut full = self.pipeline.cheap.clone();
         full.weights[EMBEDDING] = self.base.full.weights[EMBEDDING];
-        self.pipeline.full = if self.full.len() >= self.min_cases {
+        self.pipeline.full = if self.fit_embedding && self.full.len() >= self.min_cases {
             learn::fit_embedding(&recent(&self.full, self.max_cases), &full)
         } else {
             full

@@ -9,7 +9,7 @@
 //! Each feature is scaled to [0, 1] over the candidates and combined with the weights of the
 //! curation config. `Ranker::Bm25` is the baseline: BM25 alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -542,14 +542,13 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
         }
         // Callers: a candidate that uses a name a visible file defines, the more so the fewer
         // candidates use it.
-        let changed_defs: HashSet<String> = q.changed_content.values().flat_map(|c| definitions(c)).collect();
-        let mut users: HashMap<&str, f64> = HashMap::new();
-        for d in &changed_defs {
-            let k = f.iter().filter(|x| x.ids.contains(d)).count();
-            if k > 0 {
-                users.insert(d.as_str(), k as f64);
-            }
-        }
+        // Sorted: the feature is a sum over these names, and its bits must not follow hash order.
+        let changed_defs: BTreeSet<String> = q.changed_content.values().flat_map(|c| definitions(c)).collect();
+        let users: Vec<(&str, f64)> = changed_defs
+            .iter()
+            .map(|d| (d.as_str(), f.iter().filter(|x| x.ids.contains(d)).count() as f64))
+            .filter(|(_, k)| *k > 0.0)
+            .collect();
 
         // A PR that changes code and its tests shows one of them when the other is hidden: a
         // candidate of the kind (test or not) that no visible code file is, fills the gap.
@@ -613,7 +612,7 @@ pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> 
             x[i][F::CochangeConf as usize] = conf_max;
             x[i][F::CochangeConfSum as usize] = conf_sum;
             x[i][F::Callers as usize] =
-                users.iter().filter(|(d, _)| f[i].ids.contains(**d)).map(|(_, k)| 1.0 / k).sum::<f64>();
+                users.iter().filter(|(d, _)| f[i].ids.contains(*d)).map(|(_, k)| 1.0 / k).sum::<f64>();
             x[i][F::RecentTouch as usize] = recent.get(c.path.as_str()).copied().unwrap_or(0.0);
             let d = dir(&c.path);
             let done = dir_changed.get(d).copied().unwrap_or(0.0);

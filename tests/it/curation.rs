@@ -261,7 +261,7 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
     assert_eq!(models.len(), 1, "{models:?}");
     let model = models.first().unwrap();
     assert!(model.starts_with("hybrid-minilm+all-MiniLM-L6-v2-int8 [first stage config: bm25=1.210,"), "{model}");
-    assert!(model.contains("top 30 re-ranked config:") && model.contains("embedding=0.750"), "{model}");
+    assert!(model.contains("top 10 re-ranked config:") && model.contains("embedding=0.750"), "{model}");
     // Relevant files are never files the PR changed, and their contents are in file_blobs.
     assert_eq!(
         count(&lake, "SELECT count(*) FROM pr_relevant_files r JOIN pr_files f ON f.repo_name = r.repo_name AND f.pr_number = r.pr_number AND (f.path = r.path OR f.old_path = r.path)").await,
@@ -379,6 +379,52 @@ async fn sample_pipeline_builds_relevant_files_seed_shards_and_card() {
     ] {
         let bytes = std::fs::read(dir.path().join("card").join(png)).unwrap();
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{png}");
+    }
+}
+
+/// The relevance stage's tables, every row and column, in key order.
+async fn relevance_tables(lake: &Lake) -> String {
+    let ctx = lake.session().await.unwrap();
+    let mut out = String::new();
+    for sql in [
+        "SELECT * FROM pr_relevant_files ORDER BY repo_name, pr_number, rank",
+        "SELECT * FROM blob_embeddings ORDER BY blob_sha, model, chunk",
+        "SELECT * FROM relevance_models ORDER BY repo_name",
+    ] {
+        let batches = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        out.push_str(&arrow::util::pretty::pretty_format_batches(&batches).unwrap().to_string());
+    }
+    out
+}
+
+/// Same lake, same relevance tables: two clean runs, and runs with 1 and 2 threads, give the
+/// same rows to the last bit (floats print at full precision), with a fit on the repository's
+/// history as well as with the config's weights.
+#[tokio::test(flavor = "multi_thread")]
+async fn relevance_tables_are_the_same_on_every_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = swelake::jobs::CurationConfig::default();
+    // The sample histories are short: let them buy a fit.
+    config.relevance.min_train_cases = 1;
+    config.relevance.fit_cases_per_pr = 100;
+    let (lake, _) = sample_lake(dir.path(), Some(config.clone())).await;
+    let first = relevance_tables(&lake).await;
+    assert!(first.contains("| fitted "), "a repository is ranked by a fit:\n{first}");
+    assert!(first.contains("| config "), "and one by the config's weights:\n{first}");
+    let root = lake.local_root().unwrap();
+    let mirrors = swelake::git::Mirrors::new(
+        format!("{}/{{repo}}.git", dir.path().join("repos").display()),
+        dir.path().join("mirrors"),
+    );
+    for threads in [1, 2] {
+        for t in ["pr_relevant_files", "blob_embeddings", "relevance_models"] {
+            std::fs::remove_dir_all(root.join(t)).unwrap();
+        }
+        let scope = swelake::git::Scope { threads, ..swelake::git::Scope::new(mirrors.clone()) };
+        let opts = swelake::relevance::RelevanceOptions { scope, config: config.relevance.clone() };
+        let s = swelake::relevance::run(&lake, &opts).await.unwrap();
+        assert!(s.prs > 0 && s.embedded_chunks > 0, "{s:?}");
+        assert_eq!(relevance_tables(&lake).await, first, "a clean run with {threads} threads");
     }
 }
 

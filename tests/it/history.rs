@@ -328,25 +328,37 @@ async fn seed_instances_of_a_real_history_show_every_hunk_and_their_oracles_scor
     assert_ne!(fitted.cheap.weights, base.cheap.weights);
     assert!(fitted.describe(Some("enc")).contains(&format!("first stage learned on {cases} cases: bm25=")));
 
-    // The relevance job stores its fit in relevance_models; a later run (here a --force
-    // re-rank) ranks with it instead of fitting again.
+    // The relevance job fits on a budget of cases per PR it ranks (the cheap features only),
+    // stores the fit and why in relevance_models, and a later run (here a --force re-rank)
+    // ranks with it instead of fitting again, to the same rows bit for bit.
     cfg.encoder = false;
     let scope = swelake::git::Scope { force: true, ..opts.git.as_ref().unwrap().scope.clone() };
-    let ro = swelake::relevance::RelevanceOptions { scope, config: cfg };
+    let ro = swelake::relevance::RelevanceOptions { scope, config: cfg.clone() };
     let first = swelake::relevance::run(&lake, &ro).await.unwrap();
-    assert_eq!((first.fits_reused, first.training_cases), (0, cases), "{first:?}");
+    let budget = cfg.train_cases.min(cfg.fit_cases_per_pr * first.prs);
+    assert_eq!((first.fits_reused, first.fits, first.training_cases), (0, 1, budget), "{first:?}");
     let ctx = lake.session().await.unwrap();
-    let stored: Vec<(String, i64, i64)> =
-        swelake::query::rows(&ctx, "SELECT repo_name, history_changes, training_cases FROM relevance_models")
+    let stored: Vec<(String, i64, i64, String)> =
+        swelake::query::rows(&ctx, "SELECT repo_name, history_changes, training_cases, weights FROM relevance_models")
             .await
             .unwrap();
-    assert_eq!(stored, vec![(name.to_string(), changes.len() as i64, cases as i64)]);
+    assert_eq!(stored, vec![(name.to_string(), changes.len() as i64, budget as i64, "fitted".to_string())]);
+    let rows =
+        "SELECT repo_name, pr_number, rank, path, blob_sha, score, model FROM pr_relevant_files ORDER BY 1, 2, 3";
+    let ranked_first: Vec<(String, i64, i64, String, String, f64, String)> =
+        swelake::query::rows(&ctx, rows).await.unwrap();
     let second = swelake::relevance::run(&lake, &ro).await.unwrap();
     assert_eq!((second.fits_reused, second.training_cases), (1, 0), "{second:?}");
     assert_eq!(second.prs, first.prs);
     let ctx = lake.session().await.unwrap();
+    let ranked_second: Vec<(String, i64, i64, String, String, f64, String)> =
+        swelake::query::rows(&ctx, rows).await.unwrap();
+    let bits = |v: &[(String, i64, i64, String, String, f64, String)]| {
+        v.iter().map(|r| (r.0.clone(), r.1, r.2, r.3.clone(), r.5.to_bits(), r.6.clone())).collect::<Vec<_>>()
+    };
+    assert_eq!(bits(&ranked_second), bits(&ranked_first));
     let models: Vec<(String, i64)> =
         swelake::query::rows(&ctx, "SELECT DISTINCT model, 1 FROM pr_relevant_files").await.unwrap();
     assert_eq!(models.len(), 1, "{models:?}");
-    assert!(models[0].0.contains(&format!("[learned on {cases} cases: bm25=")), "{models:?}");
+    assert!(models[0].0.contains(&format!("[learned on {budget} cases: bm25=")), "{models:?}");
 }
