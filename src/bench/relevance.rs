@@ -249,15 +249,15 @@ pub(super) async fn bench_sides(
     ] {
         let pipeline = Pipeline { rerank, ..Pipeline::from_config(cfg) };
         let mut cache = EmbeddingCache { batch_by_length: by_length, keep_texts: true, ..Default::default() };
-        let mut facts = FactsCache::default();
+        let facts = FactsCache::default();
         let mut summary = RelevanceSummary::default();
         let t = Instant::now();
-        rank_work(&ctx, &pipeline, cfg, Some(enc), &mut cache, &mut facts, &mut summary)?;
+        rank_work(&ctx, &pipeline, cfg, Some(enc), &mut cache, &facts, &mut summary)?;
         let seconds = t.elapsed().as_secs_f64();
         let (embedded, chunk_s, hit) =
             (cache.embedded_texts, cache.embedded_texts as f64 / cache.embed_seconds.max(1e-9), cache.hit_rate());
         let texts = std::mem::take(&mut cache.texts);
-        let (loo_ranks, loo) = loo_recall(&ctx, &pipeline, cfg, Some(enc), &mut cache, &mut facts)?;
+        let (loo_ranks, loo) = loo_recall(&ctx, &pipeline, cfg, Some(enc), &mut cache, &facts)?;
         let mut every_case_ranks = Vec::new();
         if let Some(set) = &every {
             for_each_case(
@@ -266,7 +266,7 @@ pub(super) async fn bench_sides(
                 cfg,
                 |_, change, cands, target| {
                     let mut em = Embedder { encoder: enc, cache: &mut cache, config: cfg };
-                    let ranked = rank_change(change, cands, &pipeline, true, &mut facts, Some(&mut em))?;
+                    let ranked = rank_change(change, cands, &pipeline, true, &facts, Some(&mut em))?;
                     every_case_ranks.push(ranked.order.iter().position(|(i, _)| *i == target).unwrap_or(usize::MAX));
                     Ok(())
                 },

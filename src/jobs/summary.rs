@@ -120,6 +120,7 @@ impl From<crate::relevance::RelevanceSummary> for JobSummary {
             ("embedding_cache_hit_percent".to_string(), (100.0 * s.embedding_cache_hit_rate).round() as i64),
             ("training_cases".to_string(), s.training_cases as i64),
             ("fit_ms".to_string(), (1000.0 * s.fit_seconds).round() as i64),
+            ("fits".to_string(), s.fits as i64),
             ("fits_reused".to_string(), s.fits_reused as i64),
             ("rank_ms".to_string(), (1000.0 * s.rank_seconds).round() as i64),
         ]);

@@ -12,7 +12,7 @@ pub(crate) fn loo_recall(
     cfg: &RelevanceConfig,
     enc: Option<&Encoder>,
     cache: &mut EmbeddingCache,
-    facts: &mut FactsCache,
+    facts: &FactsCache,
 ) -> Result<(Vec<usize>, [f64; 3])> {
     let mut ranks = Vec::new();
     for pr in &ctx.work.prs {
@@ -254,6 +254,26 @@ pub(crate) fn case_set(repo: &Repository, changes: &[EvalChange], from: usize) -
     Ok(CaseSet { cases, histories: changes.iter().map(EvalChange::earlier).collect() })
 }
 
+impl CaseSet {
+    /// The change a case ranks: its text, its visible files and the history before it.
+    pub(crate) fn change(&self, case: &EvalCase) -> Change<'_> {
+        Change {
+            text: case.text.clone(),
+            changed: case.visible.clone(),
+            changed_content: case.changed_content.clone(),
+            history: &self.histories[..case.history_len],
+        }
+    }
+}
+
+/// A case's candidates (those at its base but its visible files) and the hidden file's place.
+fn case_candidates(all: &[Candidate], case: &EvalCase) -> (Vec<Candidate>, Option<usize>) {
+    let exclude: HashSet<&String> = case.visible.iter().collect();
+    let cands: Vec<Candidate> = all.iter().filter(|c| !exclude.contains(&c.path)).cloned().collect();
+    let target = cands.iter().position(|c| c.path == case.hidden);
+    (cands, target)
+}
+
 /// Runs `f` on every case with its candidates (the case's visible files excluded) and its
 /// position among them, one change at a time; `end_change` after each change's cases.
 pub(crate) fn for_each_case(
@@ -270,17 +290,10 @@ pub(crate) fn for_each_case(
         let all = candidates(repo, set.cases[i].base, &HashSet::new(), cfg.max_candidate_bytes)?;
         while i < set.cases.len() && set.cases[i].change == change_idx {
             let case = &set.cases[i];
-            let exclude: HashSet<&String> = case.visible.iter().collect();
-            let mut cands: Vec<Candidate> = all.iter().filter(|c| !exclude.contains(&c.path)).cloned().collect();
+            let (mut cands, target) = case_candidates(&all, case);
             total_candidates += cands.len();
-            if let Some(target) = cands.iter().position(|c| c.path == case.hidden) {
-                let change = Change {
-                    text: case.text.clone(),
-                    changed: case.visible.clone(),
-                    changed_content: case.changed_content.clone(),
-                    history: &set.histories[..case.history_len],
-                };
-                f(case, &change, &mut cands, target)?;
+            if let Some(target) = target {
+                f(case, &set.change(case), &mut cands, target)?;
             }
             i += 1;
         }
@@ -291,35 +304,56 @@ pub(crate) fn for_each_case(
 
 /// Weights learned on the most recent `train_cases` leave-one-out cases of a repository's
 /// `changes` (oldest first), with the number of cases; `base` when there are too few.
+/// Without an embedder the cases are ranked on all cores (a case's cheap features do not
+/// depend on another's) and learned from in their order, so the fit is the same on any
+/// number of threads.
 pub fn fit_on_history(
     repo: &Repository,
     changes: &[EvalChange],
     base: Pipeline,
     cfg: &RelevanceConfig,
-    facts: &mut FactsCache,
-    mut embedder: Option<&mut Embedder>,
+    facts: &FactsCache,
+    embedder: Option<&mut Embedder>,
 ) -> Result<(Pipeline, usize)> {
+    use rayon::prelude::*;
     // Changes have one to a few code files to hide each: start far enough back for the cases.
     let from = changes.len().saturating_sub(cfg.train_cases);
     let set = case_set(repo, changes, from)?;
     let skip = set.cases.len().saturating_sub(cfg.train_cases);
-    let learner = std::cell::RefCell::new(Learner::new(base.clone(), cfg));
+    let mut learner = Learner::new(base.clone(), cfg);
+    // The cases with their candidates, read from git in order (one tree per change).
+    let mut work: Vec<(&EvalCase, Vec<Candidate>, usize)> = Vec::new();
     let mut seen = 0usize;
-    for_each_case(
-        repo,
-        &set,
-        cfg,
-        |_, change, cands, target| {
+    let mut i = 0;
+    while i < set.cases.len() {
+        let change_idx = set.cases[i].change;
+        let all = candidates(repo, set.cases[i].base, &HashSet::new(), cfg.max_candidate_bytes)?;
+        while i < set.cases.len() && set.cases[i].change == change_idx {
+            let case = &set.cases[i];
+            i += 1;
+            let (cands, target) = case_candidates(&all, case);
+            let Some(target) = target else { continue };
             seen += 1;
             if seen > skip {
-                let ranked = rank_change(change, cands, &base, true, facts, embedder.as_deref_mut())?;
-                learner.borrow_mut().observe(&ranked, target);
+                work.push((case, cands, target));
             }
-            Ok(())
-        },
-        || learner.borrow_mut().end_pr_without_fit(),
-    )?;
-    let mut learner = learner.into_inner();
+        }
+    }
+    if let Some(em) = embedder {
+        for (case, cands, target) in &mut work {
+            let ranked = rank_change(&set.change(case), cands, &base, true, facts, Some(&mut *em))?;
+            learner.observe(&ranked, *target);
+        }
+    } else {
+        let ranked: Vec<Result<Ranked>> = work
+            .par_iter_mut()
+            .map(|(case, cands, _)| rank_change(&set.change(case), cands, &base, true, facts, None))
+            .collect();
+        for ((_, _, target), r) in work.iter().zip(ranked) {
+            learner.observe(&r?, *target);
+        }
+    }
+    learner.end_pr_without_fit();
     let n = learner.cases();
     if n < cfg.min_train_cases {
         return Ok((base, n));
@@ -367,7 +401,7 @@ pub fn evaluate(
         variants.push(variant(format!("learned{suffix} ({label})"), &hybrid, Some(Learner::new(hybrid.clone(), cfg))));
     }
     let mut cache = EmbeddingCache { batch_by_length: true, ..Default::default() };
-    let mut facts = FactsCache::default();
+    let facts = FactsCache::default();
     let variants_cell = std::cell::RefCell::new(&mut variants);
     let total_candidates = for_each_case(
         repo,
@@ -377,7 +411,7 @@ pub fn evaluate(
             for v in variants_cell.borrow_mut().iter_mut() {
                 let pipeline = v.learner.as_ref().map_or(&v.pipeline, |l| &l.pipeline);
                 let mut em = encoder.map(|e| Embedder { encoder: e, cache: &mut cache, config: cfg });
-                let ranked = rank_change(change, cands, pipeline, v.use_paths, &mut facts, em.as_mut())?;
+                let ranked = rank_change(change, cands, pipeline, v.use_paths, &facts, em.as_mut())?;
                 let pos = ranked.order.iter().position(|(i, _)| *i == target).unwrap_or(usize::MAX);
                 for (k, slot) in [1usize, 5, 10].iter().zip(v.hits.iter_mut()) {
                     if pos < *k {

@@ -135,7 +135,7 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
     let enc = enc_loaded.as_ref();
     let space = embedding_space(&cfg);
     let mut cache = EmbeddingCache::load(lake, &space).await?;
-    let mut facts = FactsCache::default();
+    let facts = FactsCache::default();
     let fingerprint = fit_fingerprint(&cfg, enc.map(|e| e.name));
     let stored = if cfg.ranker == Ranker::Hybrid { stored_fits(lake).await? } else { HashMap::new() };
     let mut new_fits: Vec<(String, StoredFit)> = Vec::new();
@@ -177,7 +177,7 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
                         cache: &mut cache,
                         config: &cfg,
                     });
-                    fit_on_history(&repo, &changes, pipeline.clone(), &fit_cfg, &mut facts, em.as_mut())
+                    fit_on_history(&repo, &changes, pipeline.clone(), &fit_cfg, &facts, em.as_mut())
                 })?;
                 summary.training_cases += choice.cases;
                 summary.fit_seconds += t.elapsed().as_secs_f64();
@@ -200,7 +200,7 @@ pub async fn run(lake: &Lake, opts: &RelevanceOptions) -> Result<RelevanceSummar
             }
         }
         let t = Instant::now();
-        let ranked = rank_work(&ctx, &pipeline, &cfg, enc, &mut cache, &mut facts, &mut summary)?;
+        let ranked = rank_work(&ctx, &pipeline, &cfg, enc, &mut cache, &facts, &mut summary)?;
         for (num, files) in ranked {
             for f in files {
                 blobs.push(BlobRow {
@@ -469,7 +469,7 @@ pub(crate) fn rank_work(
     cfg: &RelevanceConfig,
     enc: Option<&Encoder>,
     cache: &mut EmbeddingCache,
-    facts: &mut FactsCache,
+    facts: &FactsCache,
     summary: &mut RelevanceSummary,
 ) -> Result<Vec<(i64, Vec<Chosen>)>> {
     let model = pipeline.describe(enc.map(|e| e.name));

@@ -103,7 +103,7 @@ pub fn rank_change(
     candidates: &mut [Candidate],
     pipeline: &Pipeline,
     use_paths: bool,
-    facts: &mut FactsCache,
+    facts: &FactsCache,
     embedder: Option<&mut Embedder>,
 ) -> Result<Ranked> {
     candidates.iter_mut().for_each(|c| c.embedding_similarity = 0.0);

@@ -414,18 +414,20 @@ impl FileFacts {
     }
 }
 
-/// [`FileFacts`] by (path, blob).
+/// [`FileFacts`] by (path, blob), shared by the threads ranking a fit's cases (a pure function).
 #[derive(Default)]
 pub struct FactsCache {
-    by_key: HashMap<(String, String), Arc<FileFacts>>,
+    by_key: std::sync::Mutex<HashMap<(String, String), Arc<FileFacts>>>,
 }
 
 impl FactsCache {
-    pub fn get(&mut self, c: &Candidate) -> Arc<FileFacts> {
-        self.by_key
-            .entry((c.path.clone(), c.blob.clone()))
-            .or_insert_with(|| Arc::new(FileFacts::new(&c.path, &c.content)))
-            .clone()
+    pub fn get(&self, c: &Candidate) -> Arc<FileFacts> {
+        let key = (c.path.clone(), c.blob.clone());
+        if let Some(f) = self.by_key.lock().unwrap_or_else(|e| e.into_inner()).get(&key) {
+            return f.clone();
+        }
+        let f = Arc::new(FileFacts::new(&c.path, &c.content));
+        self.by_key.lock().unwrap_or_else(|e| e.into_inner()).entry(key).or_insert(f).clone()
     }
 }
 
@@ -439,7 +441,7 @@ fn scale(v: &mut [[f64; NF]], j: usize) {
 /// Feature values of every candidate, each scaled to [0, 1] over the candidates (the
 /// embedding from [`Candidate::embedding_similarity`], 0 where not filled). The raw BM25
 /// scores come back too: the baseline ranks by them.
-pub fn features(q: &Query, candidates: &[Candidate], facts: &mut FactsCache) -> (Vec<[f64; NF]>, Vec<f64>) {
+pub fn features(q: &Query, candidates: &[Candidate], facts: &FactsCache) -> (Vec<[f64; NF]>, Vec<f64>) {
     let n = candidates.len();
     let f: Vec<Arc<FileFacts>> = candidates.iter().map(|c| facts.get(c)).collect();
     let bm = Bm25::from_counts(f.iter().map(|x| (x.terms.clone(), x.len)).collect());
@@ -707,8 +709,8 @@ mod tests {
             history: &[],
             use_paths: true,
         };
-        let mut facts = FactsCache::default();
-        let (x, bm25) = features(&q, &candidates, &mut facts);
+        let facts = FactsCache::default();
+        let (x, bm25) = features(&q, &candidates, &facts);
         let model = Model::from_config(&Weights::default());
         let hybrid: Vec<f64> = x.iter().map(|v| model.score(v, false)).collect();
         assert_eq!(candidates[order(&hybrid, &candidates)[0]].path, "tests/test_ops.py");
@@ -739,7 +741,7 @@ mod tests {
             history: &history,
             use_paths: true,
         };
-        let (x, _) = features(&q, &candidates, &mut FactsCache::default());
+        let (x, _) = features(&q, &candidates, &FactsCache::default());
         let f = |name: &str| FEATURES.iter().position(|n| *n == name).unwrap();
         assert_eq!(x[0][f("symbols_text")], 1.0);
         assert_eq!(x[0][f("symbols_changed")], 1.0);
@@ -787,7 +789,7 @@ validate_login(request)
         )]
         .into();
         let q = Query { text: "login", changed: &changed, changed_content: &content, history: &[], use_paths: true };
-        let (x, _) = features(&q, &candidates, &mut FactsCache::default());
+        let (x, _) = features(&q, &candidates, &FactsCache::default());
         let f = |name: &str| FEATURES.iter().position(|n| *n == name).unwrap();
         assert_eq!((x[0][f("callers")], x[1][f("callers")]), (1.0, 0.0), "views.py calls validate_login");
         // examples/: 2 of its 3 files changed; app/: 1 of 3.
