@@ -138,6 +138,7 @@ pub async fn relevance(a: &RelevanceBenchOptions) -> Result<()> {
         let rust_rate = now.chunks_per_second;
         let has_ort = Command::new("python3")
             .args(["-c", "import onnxruntime, numpy"])
+            .stderr(std::process::Stdio::null())
             .status()
             .map(|s| s.success())
             .unwrap_or(false);
