@@ -284,18 +284,14 @@ pub(crate) fn for_each_case(
     mut end_change: impl FnMut(),
 ) -> Result<usize> {
     let mut total_candidates = 0usize;
-    let mut i = 0;
-    while i < set.cases.len() {
-        let change_idx = set.cases[i].change;
-        let all = candidates(repo, set.cases[i].base, &HashSet::new(), cfg.max_candidate_bytes)?;
-        while i < set.cases.len() && set.cases[i].change == change_idx {
-            let case = &set.cases[i];
+    for group in set.cases.chunk_by(|a, b| a.change == b.change) {
+        let all = candidates(repo, group[0].base, &HashSet::new(), cfg.max_candidate_bytes)?;
+        for case in group {
             let (mut cands, target) = case_candidates(&all, case);
             total_candidates += cands.len();
             if let Some(target) = target {
                 f(case, &set.change(case), &mut cands, target)?;
             }
-            i += 1;
         }
         end_change();
     }
@@ -324,13 +320,9 @@ pub fn fit_on_history(
     // The cases with their candidates, read from git in order (one tree per change).
     let mut work: Vec<(&EvalCase, Vec<Candidate>, usize)> = Vec::new();
     let mut seen = 0usize;
-    let mut i = 0;
-    while i < set.cases.len() {
-        let change_idx = set.cases[i].change;
-        let all = candidates(repo, set.cases[i].base, &HashSet::new(), cfg.max_candidate_bytes)?;
-        while i < set.cases.len() && set.cases[i].change == change_idx {
-            let case = &set.cases[i];
-            i += 1;
+    for group in set.cases.chunk_by(|a, b| a.change == b.change) {
+        let all = candidates(repo, group[0].base, &HashSet::new(), cfg.max_candidate_bytes)?;
+        for case in group {
             let (cands, target) = case_candidates(&all, case);
             let Some(target) = target else { continue };
             seen += 1;
