@@ -153,6 +153,11 @@ pub async fn run(samples: &Path, lake_dir: &Path, progress: bool) -> Result<Stri
         lake_dir.display()
     )?;
     writeln!(report, "     analyst queries to adapt: sql/examples/*.sql")?;
+    writeln!(
+        report,
+        "     look at it in a browser (status, hours, SQL, instances): swelake serve --lake {}",
+        lake_dir.display()
+    )?;
     if lake.has_table("rl_seed").await? {
         writeln!(
             report,

@@ -29,7 +29,8 @@
 //!    [`report`], [`reward`], [`train`]; a stage imports infrastructure, and only the reward of
 //!    the other stages;
 //! 3. orchestration: [`jobs`] (the scheduler), [`distributed`] (the SQL jobs on Ballista), [`udfs`] (every SQL function, registered by the
-//!    layers that plan queries), [`sql`] (the `swelake sql` command), [`export`], [`generate`] (archive days for benchmarks), `demo`, `bench`,
+//!    layers that plan queries), [`sql`] (the `swelake sql` command), [`console`] (`swelake serve`: the web console, the
+//!    PostgreSQL wire protocol, and the SQL shell), [`export`], [`generate`] (archive days for benchmarks), `demo`, `bench`,
 //!    [`samples`];
 //! 4. [`cli`]: the command line, the only module that knows clap.
 
@@ -57,6 +58,7 @@ pub use swelake_train as train;
 
 // Orchestration.
 pub(crate) mod bench;
+pub mod console;
 pub(crate) mod demo;
 pub mod distributed;
 pub mod export;

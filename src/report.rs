@@ -140,14 +140,17 @@ async fn write_sources(lake: &Lake, ctx: &SessionContext, opts: &ReportOptions, 
     writeln!(
         md,
         "\nGH Archive hours {} to {}: {} ingested, {} complete, {} without a baseline yet \
-         (too few earlier weeks), {} far below the same hour of earlier weeks, {} missing.",
+         (too few earlier weeks), {} far below the same hour of earlier weeks, {} missing of the \
+         hours the lake means to hold ({}: {}).",
         c.first_hour.as_deref().unwrap_or("-"),
         c.last_hour.as_deref().unwrap_or("-"),
         c.hours_ingested,
         c.complete,
         c.no_baseline,
         low,
-        missing
+        missing,
+        c.expected.mode,
+        c.expected.reason
     )?;
     if !c.flagged.is_empty() {
         writeln!(md, "\n| hour | flag | events | baseline |\n|---|---|---|---|")?;

@@ -35,7 +35,7 @@ pub async fn query_on_cluster(lake: &Lake, scheduler: &str, query: &str) -> Resu
     run_read_only(&ctx, query).await
 }
 
-async fn run_read_only(ctx: &datafusion::prelude::SessionContext, query: &str) -> Result<Vec<RecordBatch>> {
+pub(crate) async fn run_read_only(ctx: &datafusion::prelude::SessionContext, query: &str) -> Result<Vec<RecordBatch>> {
     let options = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
     let df = ctx.sql_with_options(query, options).await.context("planning the query")?;
     df.collect().await.context("running the query")

@@ -12,6 +12,7 @@ mod relevance;
 mod report;
 mod reward;
 mod run;
+mod serve;
 mod sql;
 mod status;
 mod train;
@@ -114,8 +115,29 @@ SQL functions (swerl_reward, swerl_format_error, ...).
 Examples:
   swelake sql --lake lake \"SELECT type, count(*) AS n FROM events GROUP BY type ORDER BY n DESC\"
   swelake sql --lake lake --format json \"SELECT reason, count(*) FROM events_rejected GROUP BY reason\"
-  swelake sql --lake lake \"SHOW TABLES\"")]
+  swelake sql --lake lake \"SHOW TABLES\"
+  swelake sql --lake lake                     # an interactive shell: \\d, \\d TABLE, \\q
+  printf 'SELECT 1;\\n\\\\d events\\n' | swelake sql --lake lake   # a scripted session")]
     Sql(sql::SqlArgs),
+    /// A read-only web console over a lake (status, the archive's hours, SQL, the dataset and
+    /// its instances), its JSON API, and optionally the PostgreSQL wire protocol.
+    #[command(after_help = "\
+Pages: /status, /sources (a heatmap of GH Archive hours), /sql (?q=… runs a query on load, so
+a link shares it), /dataset (the card and an instance browser), /instances/ID. Each is drawn
+from an endpoint scripts can call: GET /api/status, GET /api/hours, POST /api/sql with
+{\"sql\": \"…\"} (→ {\"columns\": [{\"name\", \"type\"}], \"rows\": [[…]]}; \"format\": csv, json or
+parquet for a file), GET /api/tables, GET /api/card, GET /api/instances?repo=&language=&split=,
+GET /api/instances/ID, POST /api/instances/ID/score with {\"answer\": \"…\"}.
+
+Statements other than queries are refused. On loopback (the default) no token is needed;
+any other address needs --token. Text from GitHub is shown as text, never as markup.
+
+Examples:
+  swelake serve --lake lake                                  # http://127.0.0.1:8080/
+  swelake serve --lake lake --pg-bind 127.0.0.1:5433         # psql -h 127.0.0.1 -p 5433
+  curl -s localhost:8080/api/sql -d '{\"sql\": \"SELECT count(*) FROM rl_seed\"}'
+  SWELAKE_TOKEN=s3cret swelake serve --lake s3://bucket/lake --bind 0.0.0.0:8080")]
+    Serve(serve::ServeArgs),
     /// Score model answers with the SWE-RL reward (bit-compatible with the reference).
     #[command(after_help = "\
 Input lines (JSON):
@@ -332,6 +354,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Status(a) => a.run(&ctx).await,
         Command::Maintain(a) => a.run(&ctx).await,
         Command::Sql(a) => a.run(&ctx).await,
+        Command::Serve(a) => a.run(&ctx).await,
         Command::Reward(a) => a.run(&ctx).await,
         Command::Export(a) => a.run(&ctx).await,
         Command::Report(a) => a.run(&ctx).await,

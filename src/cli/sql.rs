@@ -19,17 +19,26 @@ pub(crate) struct SqlArgs {
     /// Run the query on a Ballista cluster (`swelake ballista …`) instead of here.
     #[arg(long, value_name = "df://HOST:PORT")]
     scheduler: Option<String>,
-    /// The query (SELECT/WITH/SHOW/DESCRIBE/EXPLAIN).
-    query: String,
+    /// The query (SELECT/WITH/SHOW/DESCRIBE/EXPLAIN). Without one, an interactive shell
+    /// (statements end with `;`; `\d` lists the tables, `\d TABLE` a table's columns), or,
+    /// with piped input, its statements in turn.
+    query: Option<String>,
 }
 
 impl SqlArgs {
     pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
         let a = self;
         let lake = ctx.open(&a.lake)?;
+        let Some(query) = a.query else {
+            if a.scheduler.is_some() {
+                anyhow::bail!("the shell runs here: give --scheduler with a query");
+            }
+            let ok = crate::console::shell::run(&lake, a.format.into()).await?;
+            return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        };
         let batches = match &a.scheduler {
-            None => crate::sql::query(&lake, &a.query).await?,
-            Some(s) => crate::sql::query_on_cluster(&lake, &crate::distributed::scheduler_url(s)?, &a.query).await?,
+            None => crate::sql::query(&lake, &query).await?,
+            Some(s) => crate::sql::query_on_cluster(&lake, &crate::distributed::scheduler_url(s)?, &query).await?,
         };
         let stdout = std::io::stdout();
         crate::sql::write(&batches, a.format.into(), BufWriter::new(stdout.lock()))?;

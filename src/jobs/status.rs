@@ -167,6 +167,7 @@ impl LakeStatus {
                 h.no_baseline,
                 h.flagged.len()
             );
+            let _ = writeln!(s, "  expected hours: {} ({})", h.expected.mode, h.expected.reason);
             for f in h.flagged.iter().take(24) {
                 let base = f.baseline.map_or(String::new(), |b| format!(" (baseline {b:.0})"));
                 let _ = writeln!(s, "  {:<16} {:<8} {} events{base}", f.hour, f.reason, f.events);

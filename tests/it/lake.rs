@@ -199,6 +199,17 @@ async fn the_demo_pipeline_on_s3_equals_the_local_run() {
     assert!(o.status.success(), "{}", text(&o));
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), format!("n\n{}", a["rl_seed"].len()));
 
+    // The console on the bucket answers its status page, and no credential reaches it.
+    let served = crate::console::serve(&["--lake", "s3://pipeline/lake"], &env);
+    let (code, body) = crate::console::http(&served.http, "GET", "/api/status", None);
+    assert_eq!(code, 200, "{body}");
+    assert!(!body.contains(SENTINEL), "{body}");
+    let st: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let tables: Vec<&str> = st["tables"].as_array().unwrap().iter().map(|t| t["table"].as_str().unwrap()).collect();
+    assert!(tables.contains(&"rl_seed") && tables.contains(&"events"), "{tables:?}");
+    assert!(st["jobs"].as_array().unwrap().iter().any(|j| j["last_run"]["outcome"] == "ok"), "{body}");
+    drop(served);
+
     // The trainer's readers take the shards straight from the store.
     let shards = "s3://pipeline/lake/shards/seed/*.parquet";
     let scored = dir.path().join("scored.parquet");

@@ -4,6 +4,7 @@
 //! histories of `../shared/history`.
 
 mod common;
+mod console;
 mod curation;
 mod distributed;
 mod docs;

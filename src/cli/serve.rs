@@ -1,0 +1,62 @@
+//! `swelake serve`: the web console and the PostgreSQL wire protocol over a lake.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Result;
+use clap::Args;
+
+use super::{parse_duration, Ctx};
+
+#[derive(Args, Debug)]
+pub(crate) struct ServeArgs {
+    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
+    #[arg(long)]
+    lake: String,
+    /// The web console's address. Off loopback it needs --token.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    bind: SocketAddr,
+    /// Also serve the PostgreSQL wire protocol here (psql, DBeaver, Metabase, Grafana), e.g.
+    /// 127.0.0.1:5433. Off loopback it needs --token.
+    #[arg(long, value_name = "ADDR")]
+    pg_bind: Option<SocketAddr>,
+    /// A secret that clients must present: `Authorization: Bearer TOKEN` over HTTP, the
+    /// password over the wire protocol. Required to bind off loopback.
+    #[arg(long, env = "SWELAKE_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Rows a query returns at most (the console's SQL and the wire protocol's simple queries).
+    #[arg(long, default_value_t = 10_000)]
+    row_limit: usize,
+    /// How long a query may run: 30s, 2m.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    timeout: std::time::Duration,
+    /// Read job declarations from this directory (overrides the built-in jobs/).
+    #[arg(long)]
+    jobs_dir: Option<PathBuf>,
+    /// The curation config: what makes filters and seed due, and how hours are judged
+    /// ([completeness]).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
+        let a = self;
+        let lake = ctx.open(&a.lake)?;
+        let opts = crate::console::ServeOptions {
+            bind: a.bind,
+            pg_bind: a.pg_bind,
+            token: a.token.filter(|t| !t.is_empty()),
+            row_limit: a.row_limit.max(1),
+            timeout: a.timeout,
+            registry: crate::jobs::Registry::load(a.jobs_dir.as_deref(), None)?,
+            run: crate::jobs::RunOptions {
+                curation: crate::jobs::CurationConfig::load(a.config.as_deref())?,
+                ..Default::default()
+            },
+        };
+        crate::console::serve(lake, opts).await?;
+        Ok(ExitCode::SUCCESS)
+    }
+}

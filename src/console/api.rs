@@ -1,0 +1,449 @@
+//! The console's HTTP side: its pages (one embedded script that draws each of them) and the
+//! JSON endpoints they read, which scripts can call as well.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use anyhow::Result;
+use arrow::array::RecordBatch;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::{query_limited, Shared};
+
+const INDEX: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// Only the page's own script and styles run: an injected `<script>` or `onerror` would not,
+/// even if some text ever reached the page as markup.
+const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; \
+                   connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+pub(super) fn router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/", get(|| async { Redirect::to("/status") }))
+        .route("/status", get(page))
+        .route("/sources", get(page))
+        .route("/sql", get(page))
+        .route("/dataset", get(page))
+        .route("/instances/{*id}", get(page))
+        .route("/assets/app.js", get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }))
+        .route("/assets/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
+        .route("/api/status", get(status))
+        .route("/api/hours", get(hours))
+        .route("/api/sql", post(sql))
+        .route("/api/tables", get(tables))
+        .route("/api/card", get(card))
+        .route("/api/instances", get(instances))
+        // Instance ids hold the repository's `/`: the rest of the path is the id.
+        .route("/api/instances/{*id}", get(instance).post(score))
+        .layer(middleware::from_fn_with_state(shared.clone(), guard))
+        .with_state(shared)
+}
+
+async fn page() -> Response {
+    asset("text/html; charset=utf-8", INDEX)
+}
+
+fn asset(ty: &'static str, body: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, ty)], body).into_response()
+}
+
+/// The token (when one is set) on every endpoint, and the headers that keep pages inert.
+async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if let Some(token) = s.opts.token.as_deref() {
+        let sent = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let ok = sent.and_then(|v| v.strip_prefix("Bearer ")).is_some_and(|t| constant_time_eq(t, token));
+        // Pages and assets hold no data; the page asks for the token when an endpoint refuses.
+        if req.uri().path().starts_with("/api/") && !ok {
+            return error(StatusCode::UNAUTHORIZED, "this console needs its token: send `Authorization: Bearer T`");
+        }
+    }
+    let mut resp = next.run(req).await;
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));
+    h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
+    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn error(code: StatusCode, msg: &str) -> Response {
+    (code, Json(json!({ "error": super::one_line(msg) }))).into_response()
+}
+
+/// A failure of the lake (not of the request) as a 500 with its message.
+fn internal(e: anyhow::Error) -> Response {
+    error(StatusCode::INTERNAL_SERVER_ERROR, &format!("{e:#}"))
+}
+
+async fn status(State(s): State<Arc<Shared>>) -> Response {
+    match crate::jobs::status::status(&s.lake, &s.opts.registry, &s.opts.run).await {
+        Ok(st) => Json(st).into_response(),
+        Err(e) => internal(e),
+    }
+}
+
+async fn hours(State(s): State<Arc<Shared>>) -> Response {
+    match crate::archive::hours(&s.lake, &s.opts.run.curation.completeness).await {
+        Ok(Some(v)) => Json(v).into_response(),
+        Ok(None) => {
+            Json(json!({ "expected": null, "first_hour": null, "last_hour": null, "hours": [] })).into_response()
+        }
+        Err(e) => internal(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct SqlRequest {
+    sql: String,
+    /// `rows` (default), `csv`, `json` or `parquet`.
+    #[serde(default)]
+    format: Option<String>,
+    /// Rows to return at most (capped by `--row-limit`).
+    #[serde(default)]
+    limit: Option<usize>,
+}
+
+/// A JSON body, whatever its content type says (`curl -d` sends a form's).
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, Response> {
+    serde_json::from_slice(body).map_err(|e| error(StatusCode::BAD_REQUEST, &format!("send {shape} as JSON: {e}")))
+}
+
+async fn sql(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
+    let req: SqlRequest = match json_body(&body, "{\"sql\": \"…\"}") {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let ctx = match s.session().await {
+        Ok(c) => c,
+        Err(e) => return internal(e),
+    };
+    let limit = req.limit.unwrap_or(s.opts.row_limit).min(s.opts.row_limit);
+    let started = std::time::Instant::now();
+    let r = match query_limited(&ctx, &req.sql, limit, s.opts.timeout).await {
+        Ok(r) => r,
+        Err(e) => {
+            let code = if e.to_string().contains("time limit") {
+                StatusCode::REQUEST_TIMEOUT
+            } else {
+                StatusCode::BAD_REQUEST
+            };
+            return error(code, &e.to_string());
+        }
+    };
+    let file = |ty: &'static str, ext: &str, body: Vec<u8>| {
+        let name = format!("attachment; filename=\"query.{ext}\"");
+        ([(header::CONTENT_TYPE, ty.to_string()), (header::CONTENT_DISPOSITION, name)], body).into_response()
+    };
+    let written = |f: crate::sql::Format| {
+        let mut out = Vec::new();
+        crate::sql::write(&r.batches, f, &mut out).map(|_| out)
+    };
+    match req.format.as_deref().unwrap_or("rows") {
+        "rows" => match columns_and_rows(&r.schema, &r.batches) {
+            Ok((columns, rows)) => Json(json!({
+                "columns": columns,
+                "rows": rows,
+                "truncated": r.truncated,
+                "limit": limit,
+                "elapsed_ms": started.elapsed().as_millis() as u64,
+            }))
+            .into_response(),
+            Err(e) => internal(e),
+        },
+        "csv" => written(crate::sql::Format::Csv).map_or_else(internal, |b| file("text/csv", "csv", b)),
+        "json" => written(crate::sql::Format::Json).map_or_else(internal, |b| file("application/json", "json", b)),
+        "parquet" => parquet_bytes(&r.schema, &r.batches)
+            .map_or_else(internal, |b| file("application/vnd.apache.parquet", "parquet", b)),
+        other => error(StatusCode::BAD_REQUEST, &format!("format {other:?}: say rows, csv, json or parquet")),
+    }
+}
+
+fn parquet_bytes(schema: &arrow::datatypes::SchemaRef, batches: &[RecordBatch]) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema.clone(), None)?;
+    for b in batches {
+        w.write(b)?;
+    }
+    w.close()?;
+    Ok(out)
+}
+
+/// Columns with their types, and rows as arrays in column order (names may repeat in a
+/// result, so rows are not objects). Each value is what `swelake sql --format json` prints.
+pub(crate) fn columns_and_rows(
+    schema: &arrow::datatypes::SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<(Vec<Value>, Vec<Vec<Value>>)> {
+    let columns =
+        schema.fields().iter().map(|f| json!({ "name": f.name(), "type": f.data_type().to_string() })).collect();
+    let mut rows = Vec::new();
+    for b in batches {
+        let mut cols: Vec<Vec<Value>> = Vec::with_capacity(b.num_columns());
+        for (i, f) in b.schema().fields().iter().enumerate() {
+            // One column at a time under a fixed name: arrow's JSON writer gives each value
+            // exactly as `swelake sql --format json` does, nested types included.
+            let field = arrow::datatypes::Field::new("v", f.data_type().clone(), true);
+            let one =
+                RecordBatch::try_new(Arc::new(arrow::datatypes::Schema::new(vec![field])), vec![b.column(i).clone()])?;
+            let mut buf = Vec::new();
+            crate::sql::write(&[one], crate::sql::Format::Json, &mut buf)?;
+            let parsed: Vec<Value> =
+                if buf.iter().all(u8::is_ascii_whitespace) { Vec::new() } else { serde_json::from_slice(&buf)? };
+            cols.push(parsed.into_iter().map(|mut o| o["v"].take()).collect());
+        }
+        for r in 0..b.num_rows() {
+            rows.push(cols.iter_mut().map(|c| std::mem::take(&mut c[r])).collect());
+        }
+    }
+    Ok((columns, rows))
+}
+
+/// Every table of the lake with its columns, their types and their descriptions.
+async fn tables(State(s): State<Arc<Shared>>) -> Response {
+    let ctx = match s.session().await {
+        Ok(c) => c,
+        Err(e) => return internal(e),
+    };
+    let mut names: Vec<String> =
+        ctx.catalog("datafusion").and_then(|c| c.schema("public")).map_or_else(Vec::new, |p| p.table_names());
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let Ok(provider) = ctx.table_provider(name.as_str()).await else { continue };
+        let doc = crate::schema::load(&name).ok();
+        let described = |c: &str| {
+            doc.as_ref().and_then(|d| d.columns.iter().find(|x| x.name == c)).map(|x| x.description.trim().to_string())
+        };
+        let columns: Vec<Value> = provider
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| json!({ "name": f.name(), "type": f.data_type().to_string(), "description": described(f.name()) }))
+            .collect();
+        out.push(
+            json!({ "name": name, "description": doc.map(|d| d.description.trim().to_string()), "columns": columns }),
+        );
+    }
+    Json(json!({ "tables": out })).into_response()
+}
+
+/// The dataset card: its Markdown and its charts (as data URLs, for `<img>` only).
+async fn card(State(s): State<Arc<Shared>>) -> Response {
+    let r = async {
+        let dir = tempfile::tempdir()?;
+        let opts = crate::report::ReportOptions {
+            out: dir.path().to_path_buf(),
+            completeness: s.opts.run.curation.completeness.clone(),
+        };
+        crate::report::run(&s.lake, &opts).await?;
+        let markdown = std::fs::read_to_string(dir.path().join("card.md"))?;
+        let mut charts = BTreeMap::new();
+        for e in std::fs::read_dir(dir.path())? {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == "png") {
+                let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
+                charts.insert(name, format!("data:image/png;base64,{}", base64(&std::fs::read(&p)?)));
+            }
+        }
+        anyhow::Ok(json!({ "markdown": markdown, "charts": charts }))
+    };
+    match r.await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) if e.to_string().contains("no `") => error(StatusCode::NOT_FOUND, &format!("{e:#}")),
+        Err(e) => internal(e),
+    }
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                s.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                s.push('=');
+            }
+        }
+    }
+    s
+}
+
+/// A string as a SQL literal.
+fn lit(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+#[derive(Deserialize, Default)]
+struct InstanceFilter {
+    repo: Option<String>,
+    language: Option<String>,
+    split: Option<String>,
+    min_tokens: Option<i64>,
+    max_tokens: Option<i64>,
+    limit: Option<usize>,
+    offset: Option<usize>,
+}
+
+async fn rows_json(s: &Shared, sql: &str) -> Result<(Vec<Value>, Vec<Vec<Value>>)> {
+    let ctx = s.session().await?;
+    let r = query_limited(&ctx, sql, usize::MAX, s.opts.timeout).await?;
+    columns_and_rows(&r.schema, &r.batches)
+}
+
+/// Rows as objects keyed by column (for queries whose column names are distinct).
+async fn objects(s: &Shared, sql: &str) -> Result<Vec<serde_json::Map<String, Value>>> {
+    let (cols, rows) = rows_json(s, sql).await?;
+    let names: Vec<String> = cols.iter().map(|c| c["name"].as_str().unwrap_or_default().to_string()).collect();
+    Ok(rows.into_iter().map(|r| names.iter().cloned().zip(r).collect()).collect())
+}
+
+async fn has_table(s: &Shared, name: &str) -> Result<bool> {
+    let ctx = s.session().await?;
+    Ok(ctx.table_exist(name)?)
+}
+
+/// `rl_seed` filtered by repository, language, split and prompt size, and the values of each
+/// filter.
+async fn instances(State(s): State<Arc<Shared>>, Query(f): Query<InstanceFilter>) -> Response {
+    let r = async {
+        if !has_table(&s, "rl_seed").await? {
+            return anyhow::Ok(None);
+        }
+        let mut wh = vec!["TRUE".to_string()];
+        let nonempty = |o: &Option<String>| o.as_deref().filter(|v| !v.is_empty()).map(lit);
+        if let Some(v) = nonempty(&f.repo) {
+            wh.push(format!("repo_name = {v}"));
+        }
+        if let Some(v) = nonempty(&f.language) {
+            wh.push(format!("extra_info['language'] = {v}"));
+        }
+        if let Some(v) = nonempty(&f.split) {
+            wh.push(format!("split = {v}"));
+        }
+        if let Some(v) = f.min_tokens {
+            wh.push(format!("extra_info['prompt_tokens'] >= {v}"));
+        }
+        if let Some(v) = f.max_tokens {
+            wh.push(format!("extra_info['prompt_tokens'] <= {v}"));
+        }
+        let wh = wh.join(" AND ");
+        let limit = f.limit.unwrap_or(100).min(1000);
+        let list = objects(
+            &s,
+            &format!(
+                "SELECT instance_id, repo_name, split, extra_info['language'] AS language, \
+                 extra_info['pr_number'] AS pr_number, extra_info['prompt_tokens'] AS prompt_tokens, \
+                 cardinality(extra_info['changed_files']) AS changed_files, problem_source, \
+                 substr(problem_statement, 1, 160) AS problem_start \
+                 FROM rl_seed WHERE {wh} ORDER BY repo_name, extra_info['pr_number'], instance_id \
+                 LIMIT {limit} OFFSET {}",
+                f.offset.unwrap_or(0)
+            ),
+        )
+        .await?;
+        let total = objects(&s, &format!("SELECT count(*) AS n FROM rl_seed WHERE {wh}")).await?;
+        let facet = |col: &str| format!("SELECT DISTINCT {col} AS v FROM rl_seed WHERE {col} IS NOT NULL ORDER BY v");
+        let mut facets = serde_json::Map::new();
+        for (k, col) in [("repos", "repo_name"), ("languages", "extra_info['language']"), ("splits", "split")] {
+            let (_, rows) = rows_json(&s, &facet(col)).await?;
+            facets.insert(k.into(), Value::Array(rows.into_iter().map(|mut r| r.swap_remove(0)).collect()));
+        }
+        anyhow::Ok(Some(
+            json!({ "total": total.first().and_then(|t| t.get("n")).cloned(), "instances": list, "facets": facets }),
+        ))
+    };
+    match r.await {
+        Ok(Some(v)) => Json(v).into_response(),
+        Ok(None) => {
+            error(StatusCode::NOT_FOUND, "no `rl_seed` table: run the jobs through seed first (swelake run --all …)")
+        }
+        Err(e) => internal(e),
+    }
+}
+
+async fn one_instance(s: &Shared, id: &str) -> Result<Option<serde_json::Map<String, Value>>> {
+    if !has_table(s, "rl_seed").await? {
+        return Ok(None);
+    }
+    let mut rows = objects(s, &format!("SELECT * FROM rl_seed WHERE instance_id = {} LIMIT 1", lit(id))).await?;
+    Ok(rows.pop())
+}
+
+/// One instance as a curator reads it: the problem, the prompt, the files shown, the oracle
+/// patch, and the relevant files with their scores.
+async fn instance(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Response {
+    let r = async {
+        let Some(mut inst) = one_instance(&s, &id).await? else { return anyhow::Ok(None) };
+        let repo = inst.get("repo_name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let pr = inst.get("extra_info").and_then(|e| e.get("pr_number")).and_then(Value::as_i64).unwrap_or(-1);
+        let relevant = if has_table(&s, "pr_relevant_files").await? {
+            objects(
+                &s,
+                &format!(
+                    "SELECT rank, path, score, model FROM pr_relevant_files WHERE repo_name = {} AND pr_number = {pr} ORDER BY rank",
+                    lit(&repo)
+                ),
+            )
+            .await?
+        } else {
+            Vec::new()
+        };
+        inst.insert("relevant".into(), json!(relevant));
+        anyhow::Ok(Some(inst))
+    };
+    match r.await {
+        Ok(Some(v)) => Json(v).into_response(),
+        Ok(None) => error(StatusCode::NOT_FOUND, &format!("no instance {id:?} in rl_seed")),
+        Err(e) => internal(e),
+    }
+}
+
+#[derive(Deserialize)]
+struct ScoreRequest {
+    /// A model's whole output (thought and answer), as the reward reads it.
+    answer: String,
+}
+
+/// The reward of a pasted answer against the instance's oracle, with the per-file diffs it
+/// compared.
+async fn score(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: axum::body::Bytes) -> Response {
+    let Some(id) = id.strip_suffix("/score") else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "POST /api/instances/ID/score scores an answer; nothing else is posted here",
+        );
+    };
+    let id = id.to_string();
+    let req: ScoreRequest = match json_body(&body, "{\"answer\": \"…\"}") {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    let inst = match one_instance(&s, &id).await {
+        Ok(Some(i)) => i,
+        Ok(None) => return error(StatusCode::NOT_FOUND, &format!("no instance {id:?} in rl_seed")),
+        Err(e) => return internal(e),
+    };
+    let map = |k: &str| -> BTreeMap<String, String> {
+        inst.get(k)
+            .and_then(Value::as_object)
+            .map(|o| o.iter().map(|(p, c)| (p.clone(), c.as_str().unwrap_or_default().to_string())).collect())
+            .unwrap_or_default()
+    };
+    let d = crate::reward::detailed::search_replace_reward(&map("context"), &map("oracle"), &req.answer);
+    Json(d).into_response()
+}

@@ -1,0 +1,374 @@
+//! `swelake serve` and `swelake sql`'s shell, driven by their users' own tools: headless
+//! Chromium (through Playwright) on every page, psql on the wire protocol, and a piped shell
+//! session. Expected values come from `swelake sql`, not from the console.
+//!
+//! Chromium and psql are Debian packages that `.ci/run` installs; where they are missing the
+//! test says so and skips, unless `SWELAKE_REQUIRE_CONSOLE_TOOLS=1` (CI), where that fails.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use serde_json::Value;
+use swelake::lake::Lake;
+
+use crate::common::{gharchive, quiet_ingest, read_lines};
+
+/// A running `swelake serve`, stopped when dropped.
+pub(crate) struct Served {
+    child: Child,
+    pub http: String,
+    pub pg: Option<String>,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `swelake serve ARGS` on free ports and waits until it says where it listens.
+pub(crate) fn serve(args: &[&str], env: &[(String, String)]) -> Served {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_swelake"));
+    c.arg("serve").args(args).args(["--bind", "127.0.0.1:0"]).env("RUST_LOG", "warn");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let (mut http, mut pg) = (None, None);
+    let wants_pg = args.contains(&"--pg-bind");
+    let mut seen = String::new();
+    while http.is_none() || (wants_pg && pg.is_none()) {
+        let Some(Ok(line)) = lines.next() else { panic!("swelake serve stopped before it listened:\n{seen}") };
+        seen.push_str(&line);
+        seen.push('\n');
+        if let Some(rest) = line.split(" is at http://").nth(1) {
+            http = Some(rest.trim_end_matches('/').to_string());
+        }
+        if let Some(rest) = line.split("clients connect to ").nth(1) {
+            pg = Some(rest.split_whitespace().next().unwrap().to_string());
+        }
+    }
+    // Keep draining its stderr so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Served { child, http: http.unwrap(), pg }
+}
+
+/// One HTTP/1.1 request; returns the status and the body.
+pub(crate) fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let body = body.unwrap_or("");
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).to_string();
+    let (head, rest) = text.split_once("\r\n\r\n").unwrap();
+    let status: u16 = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body =
+        if head.to_ascii_lowercase().contains("transfer-encoding: chunked") { dechunk(rest) } else { rest.to_string() };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+fn required() -> bool {
+    std::env::var("SWELAKE_REQUIRE_CONSOLE_TOOLS").is_ok_and(|v| v == "1")
+}
+
+fn tool(name: &str) -> Option<PathBuf> {
+    let found =
+        std::env::var_os("PATH").and_then(|p| std::env::split_paths(&p).map(|d| d.join(name)).find(|p| p.is_file()));
+    if found.is_none() {
+        assert!(!required(), "{name} is required (SWELAKE_REQUIRE_CONSOLE_TOOLS=1): apt-get install {name}");
+        eprintln!("skipped: {name} is not installed (Debian package `{name}`; .ci/run installs it)");
+    }
+    found
+}
+
+/// `swelake sql --format json` on a lake: the rows the console must show.
+fn sql_json(lake: &str, sql: &str) -> Vec<serde_json::Map<String, Value>> {
+    let o = Command::new(env!("CARGO_BIN_EXE_swelake"))
+        .args(["sql", "--lake", lake, "--format", "json", sql])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+const PAYLOAD_TITLE: &str = "Fix <script>window.__pwned = 'title'</script> parsing";
+const PAYLOAD_BODY: &str =
+    "Body <img src=x onerror=\"window.__pwned='img'\"> and <script>alert('pwned')</script> <b id=injected>bold</b>";
+
+/// A lake of crafted hours: 2025-10-27 and 2025-11-03, hours 10 to 16, of the real 2015
+/// excerpt's events; on 2025-11-03 hour 12 is missing and hour 14 holds 3% of its week-earlier
+/// self; one merged PR carries script payloads in its title and body.
+async fn hours_lake(dir: &Path) -> String {
+    let lines = read_lines(&gharchive("2015-01-01-15.json.gz"));
+    let src = dir.join("hours");
+    std::fs::create_dir_all(&src).unwrap();
+    let pr_line =
+        lines.iter().find(|l| l.contains("\"type\":\"PullRequestEvent\"")).expect("the excerpt has a PullRequestEvent");
+    let mut pr: Value = serde_json::from_str(pr_line).unwrap();
+    pr["payload"]["action"] = "closed".into();
+    let p = &mut pr["payload"]["pull_request"];
+    p["merged"] = true.into();
+    p["merged_at"] = "2025-11-03T15:10:00Z".into();
+    p["closed_at"] = "2025-11-03T15:10:00Z".into();
+    p["title"] = PAYLOAD_TITLE.into();
+    p["body"] = PAYLOAD_BODY.into();
+    pr["created_at"] = "2025-11-03T15:10:00Z".into();
+    for day in ["2025-10-27", "2025-11-03"] {
+        for h in 10..=16 {
+            if day == "2025-11-03" && h == 12 {
+                continue;
+            }
+            let n = if day == "2025-11-03" && h == 14 { 9 } else { 300 };
+            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            for l in lines.iter().skip(h * 20).take(n) {
+                writeln!(gz, "{l}").unwrap();
+            }
+            if day == "2025-11-03" && h == 15 {
+                writeln!(gz, "{pr}").unwrap();
+            }
+            std::fs::write(src.join(format!("{day}-{h}.json.gz")), gz.finish().unwrap()).unwrap();
+        }
+    }
+    let path = dir.join("hours-lake");
+    let lake = Lake::open(path.to_str().unwrap()).unwrap();
+    swelake::ingest::run(&lake, &quiet_ingest(&src)).await.unwrap();
+    let registry = swelake::jobs::Registry::load(None, None).unwrap();
+    swelake::jobs::run(&lake, &registry, &["pull_requests".to_string()], &Default::default()).await.unwrap();
+    path.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_console_in_headless_chromium_psql_on_the_wire_and_a_piped_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let (demo, _) = crate::curation::sample_lake(dir.path(), None).await;
+    let demo = demo.location();
+    let hours = hours_lake(dir.path()).await;
+    // The crafted hours are judged over their whole range, one week back.
+    let config = dir.path().join("curation.toml");
+    std::fs::write(&config, "[completeness]\nexpect = \"range\"\nweeks = 1\nmin_weeks = 1\n").unwrap();
+
+    // The JSON API, as a script calls it.
+    let s = serve(&["--lake", &demo, "--pg-bind", "127.0.0.1:0"], &[]);
+    let (code, body) = http(&s.http, "GET", "/api/status", None);
+    assert_eq!(code, 200, "{body}");
+    let status: Value = serde_json::from_str(&body).unwrap();
+    let cli = Command::new(env!("CARGO_BIN_EXE_swelake")).args(["status", "--lake", &demo, "--json"]).output().unwrap();
+    let cli: Value = serde_json::from_slice(&cli.stdout).unwrap();
+    let names = |v: &Value, k: &str, f: &str| -> Vec<String> {
+        v[k].as_array().unwrap().iter().map(|x| x[f].as_str().unwrap().to_string()).collect()
+    };
+    assert_eq!(names(&status, "jobs", "job"), names(&cli, "jobs", "job"));
+    assert_eq!(names(&status, "tables", "table"), names(&cli, "tables", "table"));
+    // The demo's two hours ten months apart are a sample, not a range with 7,000 missing hours.
+    assert_eq!(status["hours"]["expected"]["mode"], "held", "{}", status["hours"]);
+    assert_eq!(status["hours"]["flagged"].as_array().unwrap().len(), 0);
+    let (code, body) = http(&s.http, "GET", "/api/card", None);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("0 missing of the hours the lake means to hold (held"), "{body}");
+
+    let q = "SELECT repo_name, number, title FROM pull_requests WHERE merged ORDER BY repo_name, number";
+    let (code, body) = http(&s.http, "POST", "/api/sql", Some(&serde_json::json!({ "sql": q }).to_string()));
+    assert_eq!(code, 200, "{body}");
+    let got: Value = serde_json::from_str(&body).unwrap();
+    let want = sql_json(&demo, q);
+    assert_eq!(got["columns"][1], serde_json::json!({"name": "number", "type": "Int64"}));
+    let rows: Vec<Vec<Value>> =
+        want.iter().map(|r| ["repo_name", "number", "title"].iter().map(|c| r[*c].clone()).collect()).collect();
+    assert_eq!(got["rows"], serde_json::json!(rows));
+    for bad in ["INSERT INTO pull_requests (repo_name) VALUES ('x')", "SELEC 1", "DROP TABLE events"] {
+        let (code, body) = http(&s.http, "POST", "/api/sql", Some(&serde_json::json!({ "sql": bad }).to_string()));
+        assert_eq!(code, 400, "{bad}: {body}");
+        let e: Value = serde_json::from_str(&body).unwrap();
+        assert!(!e["error"].as_str().unwrap().contains('\n'), "{body}");
+    }
+    let (code, body) = http(&s.http, "GET", "/api/instances?split=train", None);
+    assert_eq!(code, 200, "{body}");
+    let listed: Value = serde_json::from_str(&body).unwrap();
+    let seed =
+        sql_json(&demo, "SELECT instance_id, oracle_patch FROM rl_seed WHERE split = 'train' ORDER BY instance_id");
+    assert_eq!(listed["total"], seed.len());
+    let id = seed[0]["instance_id"].as_str().unwrap().to_string();
+    // An id holds the repository's `/` and a `#`, which a URL must escape.
+    let id_in_url = id.replace('%', "%25").replace('#', "%23").replace(' ', "%20");
+    let (code, body) = http(&s.http, "GET", &format!("/api/instances/{id_in_url}"), None);
+    assert_eq!(code, 200, "{body}");
+    let inst: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(inst["oracle_patch"], seed[0]["oracle_patch"]);
+    let (code, body) =
+        http(&s.http, "POST", &format!("/api/instances/{id_in_url}/score"), Some(r#"{"answer": "no answer"}"#));
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["reward"], -1.0);
+
+    // psql on the wire protocol: a join, the same rows as `swelake sql`; writes refused.
+    if let Some(psql) = tool("psql") {
+        let pg = s.pg.clone().unwrap();
+        let (host, port) = pg.rsplit_once(':').unwrap();
+        let psql_run = |sql: &str| {
+            Command::new(&psql)
+                .args(["-X", "-A", "-t", "-F", "|", "-h", host, "-p", port, "-U", "analyst", "-d", "lake", "-c", sql])
+                .env("PGCONNECT_TIMEOUT", "10")
+                .output()
+                .unwrap()
+        };
+        let join = "SELECT p.repo_name, p.number, count(f.path) AS files FROM pull_requests p \
+                    JOIN pr_files f ON p.repo_name = f.repo_name AND p.number = f.pr_number \
+                    GROUP BY p.repo_name, p.number ORDER BY p.repo_name, p.number";
+        let o = psql_run(join);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let got: Vec<String> = String::from_utf8_lossy(&o.stdout).lines().map(str::to_string).collect();
+        let want: Vec<String> = sql_json(&demo, join)
+            .iter()
+            .map(|r| format!("{}|{}|{}", r["repo_name"].as_str().unwrap(), r["number"], r["files"]))
+            .collect();
+        assert!(!want.is_empty());
+        assert_eq!(got, want);
+        let o = psql_run("INSERT INTO pull_requests (repo_name, number) VALUES ('x/y', 1)");
+        assert!(!o.status.success());
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(err.contains("read-only") && err.contains("INSERT"), "{err}");
+        // psql's own catalogue queries (\dt reads pg_catalog) get answers it accepts.
+        let o = psql_run("\\dt");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert!(String::from_utf8_lossy(&o.stdout).contains("pull_requests"), "{}", String::from_utf8_lossy(&o.stdout));
+    }
+
+    // The shell: a scripted session.
+    let mut shell = Command::new(env!("CARGO_BIN_EXE_swelake"))
+        .args(["sql", "--lake", &demo])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    shell
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"SELECT 1 + 1 AS two;\nSELECT count(*) AS merged\n  FROM pull_requests\n  WHERE merged;\n\\d pull_requests\n")
+        .unwrap();
+    let o = shell.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{out}{}", String::from_utf8_lossy(&o.stderr));
+    let merged = sql_json(&demo, "SELECT count(*) AS merged FROM pull_requests WHERE merged");
+    assert!(out.contains("| two |") && out.contains("| 2   |"), "{out}");
+    assert!(out.contains(&format!("| {}", merged[0]["merged"])), "{out}");
+    assert!(out.contains("| merged_at") && out.contains("| number"), "{out}");
+
+    // Headless Chromium through every page.
+    let (Some(chromium), Some(py)) = (tool("chromium"), crate::python::python()) else { return };
+    let h = serve(&["--lake", &hours, "--config", config.to_str().unwrap()], &[]);
+    let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let _ = std::fs::remove_dir_all(&shots);
+    std::fs::create_dir_all(&shots).unwrap();
+    let query = "SELECT repo_name, count(*) AS prs, max(number) AS last FROM pull_requests GROUP BY repo_name ORDER BY repo_name";
+    let xss = "SELECT title, body FROM pull_requests WHERE title LIKE 'Fix <script>%'";
+    let out = crate::python::script(
+        &py,
+        "console_browser.py",
+        &[&format!("http://{}", s.http), &format!("http://{}", h.http), shots.to_str().unwrap(), query, xss, &id],
+        &[("SWELAKE_CHROMIUM", chromium.to_str().unwrap())],
+    );
+    let seen: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    eprintln!("screenshots: {}", shots.display());
+
+    // Status: every job and every table.
+    let jobs: Vec<String> = serde_json::from_value(seen["status"]["jobs"].clone()).unwrap();
+    let tables: Vec<String> = serde_json::from_value(seen["status"]["tables"].clone()).unwrap();
+    assert_eq!(jobs, names(&cli, "jobs", "job"));
+    assert_eq!(tables, names(&cli, "tables", "table"));
+    // The heatmap: one cell per hour of the range 2025-10-27-10 .. 2025-11-03-16.
+    assert_eq!(seen["sources"]["cells"], 7 * 24 + 7);
+    assert_eq!(seen["sources"]["low"]["verdict"], "low");
+    assert_eq!(seen["sources"]["low"]["color"], "rgb(240, 160, 32)");
+    assert!(seen["sources"]["low"]["title"].as_str().unwrap().contains("9 events"), "{}", seen["sources"]);
+    assert_eq!(seen["sources"]["missing"]["verdict"], "missing");
+    assert_eq!(seen["sources"]["missing"]["color"], "rgb(215, 58, 49)");
+    assert_eq!(seen["sources"]["complete"]["color"], "rgb(45, 164, 78)");
+    // The editor's rows are `swelake sql --format json`'s.
+    let want: Vec<Vec<String>> = sql_json(&demo, query)
+        .iter()
+        .map(|r| {
+            ["repo_name", "prs", "last"]
+                .iter()
+                .map(|c| r[*c].as_str().map_or_else(|| r[*c].to_string(), str::to_string))
+                .collect()
+        })
+        .collect();
+    assert_eq!(seen["sql"]["rows"], serde_json::json!(want));
+    // Column types as DataFusion plans them (the lake's strings read as views).
+    assert_eq!(seen["sql"]["types"], serde_json::json!(["Utf8View", "Int64", "Int64"]));
+    assert!(seen["sql"]["url"].as_str().unwrap().contains("/sql?q=SELECT"), "{}", seen["sql"]);
+    assert_eq!(seen["sql_from_link"]["rows"], seen["sql"]["rows"]);
+    assert!(!seen["sql_error"].as_str().unwrap().is_empty());
+    // The instance page shows its oracle diff.
+    assert_eq!(
+        seen["instance"]["oracle_patch"].as_str().unwrap().trim_end(),
+        seed[0]["oracle_patch"].as_str().unwrap().trim_end()
+    );
+    assert_eq!(seen["instance"]["score"], "reward -1.000000");
+    // The payloads are text: no dialog, no injected node, nothing ran.
+    assert_eq!(seen["xss"]["cells"], serde_json::json!([PAYLOAD_TITLE, PAYLOAD_BODY]));
+    assert_eq!(seen["xss"]["dialogs"], 0);
+    assert_eq!(seen["xss"]["pwned"], Value::Null);
+    assert_eq!(seen["xss"]["injected"], 0);
+    assert_eq!(seen["xss"]["scripts"], 1);
+    for page in ["status", "sources", "sql", "dataset", "instance", "xss"] {
+        assert!(shots.join(format!("{page}.png")).is_file(), "{page}.png");
+    }
+}
+
+#[test]
+fn an_address_off_loopback_needs_a_token() {
+    let o = Command::new(env!("CARGO_BIN_EXE_swelake"))
+        .args(["serve", "--lake", "/nonexistent", "--bind", "0.0.0.0:0"])
+        .env_remove("SWELAKE_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("not a loopback address") && err.contains("--token"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_token_every_endpoint_asks_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let hours = hours_lake(dir.path()).await;
+    let config = dir.path().join("curation.toml");
+    std::fs::write(&config, "[completeness]\nexpect = \"range\"\n").unwrap();
+    let s = serve(&["--lake", &hours, "--token", "s3cret", "--config", config.to_str().unwrap()], &[]);
+    assert_eq!(http(&s.http, "GET", "/api/status", None).0, 401);
+    // The pages themselves hold no data and no token.
+    let (code, page) = http(&s.http, "GET", "/status", None);
+    assert_eq!(code, 200);
+    assert!(!page.contains("s3cret"));
+    let mut st = std::net::TcpStream::connect(&s.http).unwrap();
+    write!(st, "GET /api/hours HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut r = String::new();
+    st.read_to_string(&mut r).unwrap();
+    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
+    assert!(r.contains("\"verdict\":\"missing\""), "{r}");
+}
