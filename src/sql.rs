@@ -22,11 +22,25 @@ pub enum Format {
     Jsonl,
 }
 
-/// Runs `query` (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN only) and returns the batches.
-pub async fn query(lake: &Lake, query: &str) -> Result<Vec<RecordBatch>> {
+/// A session over every table of the lake with every swelake SQL function: what `swelake sql`,
+/// its shell and the console query.
+pub async fn session(lake: &Lake) -> Result<datafusion::prelude::SessionContext> {
     let ctx = lake.session().await?;
     crate::udfs::register_all(&ctx);
-    run_read_only(&ctx, query).await
+    Ok(ctx)
+}
+
+/// The lake's tables registered in a [`session`], sorted.
+pub fn table_names(ctx: &datafusion::prelude::SessionContext) -> Vec<String> {
+    let mut names =
+        ctx.catalog("datafusion").and_then(|c| c.schema("public")).map_or_else(Vec::new, |s| s.table_names());
+    names.sort();
+    names
+}
+
+/// Runs `query` (SELECT, WITH, SHOW, DESCRIBE, EXPLAIN only) and returns the batches.
+pub async fn query(lake: &Lake, query: &str) -> Result<Vec<RecordBatch>> {
+    run_read_only(&session(lake).await?, query).await
 }
 
 /// [`query`] on the Ballista cluster at `scheduler`, over the tables' current files.
@@ -35,9 +49,13 @@ pub async fn query_on_cluster(lake: &Lake, scheduler: &str, query: &str) -> Resu
     run_read_only(&ctx, query).await
 }
 
+/// What a read-only query may be: no DDL, no DML, no statements (SET, transactions).
+pub(crate) fn read_only() -> SQLOptions {
+    SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false)
+}
+
 pub(crate) async fn run_read_only(ctx: &datafusion::prelude::SessionContext, query: &str) -> Result<Vec<RecordBatch>> {
-    let options = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
-    let df = ctx.sql_with_options(query, options).await.context("planning the query")?;
+    let df = ctx.sql_with_options(query, read_only()).await.context("planning the query")?;
     df.collect().await.context("running the query")
 }
 

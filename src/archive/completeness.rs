@@ -271,12 +271,12 @@ pub fn judge(hours: &[(String, i64, i64)], cfg: &CompletenessConfig) -> Complete
     classify(hours, cfg).1
 }
 
+/// An hour number since the epoch, its verdict and its baseline.
+type Verdict = (i64, &'static str, Option<f64>);
+
 /// Each hour of the range (and every expected hour beyond it) with its verdict and baseline,
 /// in time order, and the summary.
-fn classify(
-    hours: &[(String, i64, i64)],
-    cfg: &CompletenessConfig,
-) -> (Vec<(i64, &'static str, Option<f64>)>, Completeness) {
+fn classify(hours: &[(String, i64, i64)], cfg: &CompletenessConfig) -> (Vec<Verdict>, Completeness) {
     let by_hour: BTreeMap<i64, (&str, i64)> = hours.iter().map(|(k, h, e)| (*h, (k.as_str(), *e))).collect();
     let held: BTreeSet<i64> = by_hour.keys().copied().collect();
     let expected = cfg.expect.resolve(&held);

@@ -117,14 +117,15 @@ struct SqlRequest {
 }
 
 /// A JSON body, whatever its content type says (`curl -d` sends a form's).
-fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, Response> {
-    serde_json::from_slice(body).map_err(|e| error(StatusCode::BAD_REQUEST, &format!("send {shape} as JSON: {e}")))
+fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body)
+        .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, &format!("send {shape} as JSON: {e}"))))
 }
 
 async fn sql(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response {
     let req: SqlRequest = match json_body(&body, "{\"sql\": \"…\"}") {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     let ctx = match s.session().await {
         Ok(c) => c,
@@ -217,11 +218,8 @@ async fn tables(State(s): State<Arc<Shared>>) -> Response {
         Ok(c) => c,
         Err(e) => return internal(e),
     };
-    let mut names: Vec<String> =
-        ctx.catalog("datafusion").and_then(|c| c.schema("public")).map_or_else(Vec::new, |p| p.table_names());
-    names.sort();
     let mut out = Vec::new();
-    for name in names {
+    for name in crate::sql::table_names(&ctx) {
         let Ok(provider) = ctx.table_provider(name.as_str()).await else { continue };
         let doc = crate::schema::load(&name).ok();
         let described = |c: &str| {
@@ -431,7 +429,7 @@ async fn score(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: axum:
     let id = id.to_string();
     let req: ScoreRequest = match json_body(&body, "{\"answer\": \"…\"}") {
         Ok(r) => r,
-        Err(resp) => return resp,
+        Err(resp) => return *resp,
     };
     let inst = match one_instance(&s, &id).await {
         Ok(Some(i)) => i,

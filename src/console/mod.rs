@@ -1,7 +1,7 @@
 //! `swelake serve` and `swelake sql`'s shell: the lake for people who look at it every day.
 //!
 //! - a read-only web console (status, the archive's hours, SQL, the dataset and its
-//!   instances), each page drawn from a JSON endpoint that scripts can call too ([`api`]);
+//!   instances), each page drawn from a JSON endpoint that scripts can call too (`api`);
 //! - the PostgreSQL wire protocol, for psql, DBeaver, Metabase and Grafana ([`pg`]);
 //! - an interactive SQL shell ([`shell`]).
 //!
@@ -19,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use arrow::array::RecordBatch;
-use datafusion::execution::context::SQLOptions;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 use tokio::sync::Mutex;
@@ -95,7 +94,7 @@ impl Shared {
                 return Ok(ctx.clone());
             }
         }
-        let ctx = session(lake).await?;
+        let ctx = crate::sql::session(lake).await?;
         if pg {
             pg::add_pg_catalog(&ctx)?;
         }
@@ -103,13 +102,6 @@ impl Shared {
         *slot = Some((Instant::now(), ctx.clone()));
         Ok(ctx)
     }
-}
-
-/// A session over every table of the lake with every swelake SQL function.
-pub async fn session(lake: &Lake) -> Result<SessionContext> {
-    let ctx = lake.session().await?;
-    crate::udfs::register_all(&ctx);
-    Ok(ctx)
 }
 
 /// A query's first rows, and whether more were left out.
@@ -122,8 +114,7 @@ pub struct Limited {
 /// Runs a read-only query for at most `timeout`, keeping at most `limit` rows.
 pub async fn query_limited(ctx: &SessionContext, sql: &str, limit: usize, timeout: Duration) -> Result<Limited> {
     let run = async {
-        let options = SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false);
-        let df = ctx.sql_with_options(sql, options).await?;
+        let df = ctx.sql_with_options(sql, crate::sql::read_only()).await?;
         let schema = Arc::new(df.schema().as_arrow().clone());
         let mut stream = df.execute_stream().await?;
         let (mut batches, mut rows, mut truncated) = (Vec::new(), 0usize, false);

@@ -36,10 +36,10 @@ use super::Shared;
 pub(super) async fn serve(listener: TcpListener, shared: Arc<Shared>) -> anyhow::Result<()> {
     let startup = Arc::new(match &shared.opts.token {
         None => Startup::Open(Open),
-        Some(t) => Startup::Password(CleartextPasswordAuthStartupHandler::new(
+        Some(t) => Startup::Password(Box::new(CleartextPasswordAuthStartupHandler::new(
             Token(t.clone()),
             DefaultServerParameterProvider::default(),
-        )),
+        ))),
     });
     loop {
         let (socket, peer) = listener.accept().await?;
@@ -96,7 +96,7 @@ impl PgWireServerHandlers for Connection {
 /// Any user and database (loopback without a token), or the token as the password.
 enum Startup {
     Open(Open),
-    Password(CleartextPasswordAuthStartupHandler<Token, DefaultServerParameterProvider>),
+    Password(Box<CleartextPasswordAuthStartupHandler<Token, DefaultServerParameterProvider>>),
 }
 
 struct Open;

@@ -117,7 +117,7 @@ impl Shell<'_> {
         match &self.ctx {
             Some((at, ctx)) if at.elapsed().as_secs() < 3 => Ok(ctx.clone()),
             _ => {
-                let ctx = Arc::new(super::session(self.lake).await?);
+                let ctx = Arc::new(crate::sql::session(self.lake).await?);
                 self.ctx = Some((Instant::now(), ctx.clone()));
                 Ok(ctx)
             }
@@ -163,9 +163,7 @@ impl Shell<'_> {
 
     async fn list_tables(&mut self) -> Result<()> {
         let ctx = self.session().await?;
-        let mut names =
-            ctx.catalog("datafusion").and_then(|c| c.schema("public")).map_or_else(Vec::new, |s| s.table_names());
-        names.sort();
+        let names = crate::sql::table_names(&ctx);
         let describe = |n: &String| crate::schema::load(n).map(|d| first_sentence(&d.description)).unwrap_or_default();
         let descriptions: Vec<String> = names.iter().map(describe).collect();
         self.print_strings(&[("table", names), ("description", descriptions)])

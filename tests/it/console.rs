@@ -358,7 +358,10 @@ async fn with_a_token_every_endpoint_asks_for_it() {
     let hours = hours_lake(dir.path()).await;
     let config = dir.path().join("curation.toml");
     std::fs::write(&config, "[completeness]\nexpect = \"range\"\n").unwrap();
-    let s = serve(&["--lake", &hours, "--token", "s3cret", "--config", config.to_str().unwrap()], &[]);
+    let s = serve(
+        &["--lake", &hours, "--token", "s3cret", "--config", config.to_str().unwrap(), "--pg-bind", "127.0.0.1:0"],
+        &[],
+    );
     assert_eq!(http(&s.http, "GET", "/api/status", None).0, 401);
     // The pages themselves hold no data and no token.
     let (code, page) = http(&s.http, "GET", "/status", None);
@@ -371,4 +374,39 @@ async fn with_a_token_every_endpoint_asks_for_it() {
     st.read_to_string(&mut r).unwrap();
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     assert!(r.contains("\"verdict\":\"missing\""), "{r}");
+    // Over the wire protocol the token is the password.
+    if let Some(psql) = tool("psql") {
+        let pg = s.pg.clone().unwrap();
+        let (host, port) = pg.rsplit_once(':').unwrap();
+        let run = |password: &str| {
+            Command::new(&psql)
+                .args([
+                    "-X",
+                    "-A",
+                    "-t",
+                    "-h",
+                    host,
+                    "-p",
+                    port,
+                    "-U",
+                    "analyst",
+                    "-c",
+                    "SELECT count(*) FROM source_hours",
+                ])
+                .env("PGPASSWORD", password)
+                .env("PGCONNECT_TIMEOUT", "10")
+                .output()
+                .unwrap()
+        };
+        let o = run("s3cret");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "13");
+        let o = run("wrong");
+        assert!(!o.status.success());
+        assert!(
+            String::from_utf8_lossy(&o.stderr).to_lowercase().contains("password authentication failed"),
+            "{}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
 }

@@ -88,11 +88,14 @@ with sync_playwright() as p:
     shot("dataset")
     page.goto(demo + "/instances/" + urllib.parse.quote(instance))
     page.wait_for_selector("#oracle-patch")
+    page.click('#files details summary')
+    page.evaluate("window.scrollTo(0, 0)")
+    shot("instance")
     page.fill("#answer", "an answer with no solution block")
     page.click("#score-button")
     page.wait_for_selector("#score")
     seen["instance"] = {"oracle_patch": page.eval_on_selector("#oracle-patch", "e => e.textContent"), "score": page.inner_text("#score")}
-    shot("instance")
+    shot("score")
 
     # A PR whose title and body hold script payloads, shown by the SQL page: nothing runs.
     page.goto(hours + "/sql?q=" + urllib.parse.quote(xss_query))

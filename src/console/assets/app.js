@@ -345,7 +345,8 @@ async function pageInstance(id) {
   const fileNodes = files.map((p) => {
     const shown = (x.prompt_context || {})[p];
     const whole = x.context[p];
-    const segments = shown !== undefined && shown !== whole;
+    // prompt_context says "whole", or holds the segments the prompt shows.
+    const segments = shown !== undefined && shown !== "whole" && shown !== whole;
     return el("details", { "data-path": p },
       el("summary", {}, p, " ", el("span", { class: "tag" }, changed.has(p) ? "changed" : "relevant"),
         el("span", { class: "tag" }, segments ? "segments in the prompt" : "whole in the prompt")),
