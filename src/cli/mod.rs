@@ -127,15 +127,24 @@ a link shares it), /dataset (the card and an instance browser), /instances/ID. E
 from an endpoint scripts can call: GET /api/status, GET /api/hours, POST /api/sql with
 {\"sql\": \"…\"} (→ {\"columns\": [{\"name\", \"type\"}], \"rows\": [[…]]}; \"format\": csv, json or
 parquet for a file), GET /api/tables, GET /api/card, GET /api/instances?repo=&language=&split=,
-GET /api/instances/ID, POST /api/instances/ID/score with {\"answer\": \"…\"}.
+GET /api/instances/ID, POST /api/instances/ID/score with {\"answer\": \"…\"}. POST bodies are
+JSON, sent with Content-Type: application/json (anything else: 415).
 
-Statements other than queries are refused. On loopback (the default) no token is needed;
-any other address needs --token. Text from GitHub is shown as text, never as markup.
+Read-only on every path: a statement runs only if its plan reads (no INSERT, UPDATE, DELETE,
+COPY … TO, CREATE, DROP, not even under EXPLAIN ANALYZE); anything else is refused with
+SQLSTATE 25006. Every query, over HTTP or PostgreSQL (simple or extended protocol, cursors),
+runs under --timeout, --row-limit and --memory-limit, at most --max-queries at once. A
+PostgreSQL connection's SET changes only that connection, and only the settings drivers send
+(DateStyle, search_path, application_name, statement_timeout lowered, …); datafusion.* is
+the server's. On loopback (the default) no token is needed; any other address needs --token.
+The console answers only to its own address as Host (and --allow-host names). Text from
+GitHub is shown as text, never as markup.
 
 Examples:
   swelake serve --lake lake                                  # http://127.0.0.1:8080/
   swelake serve --lake lake --pg-bind 127.0.0.1:5433         # psql -h 127.0.0.1 -p 5433
-  curl -s localhost:8080/api/sql -d '{\"sql\": \"SELECT count(*) FROM rl_seed\"}'
+  curl -s localhost:8080/api/sql -H 'Content-Type: application/json' -d '{\"sql\": \"SELECT count(*) FROM rl_seed\"}'
+  swelake serve --lake lake --row-limit 1000 --timeout 10s --memory-limit 512MiB --max-queries 4
   SWELAKE_TOKEN=s3cret swelake serve --lake s3://bucket/lake --bind 0.0.0.0:8080")]
     Serve(serve::ServeArgs),
     /// Score model answers with the SWE-RL reward (bit-compatible with the reference).
@@ -232,6 +241,22 @@ fn parse_duration(s: &str) -> std::result::Result<std::time::Duration, String> {
         _ => return Err(format!("{s:?}: the unit must be s, m, h or d")),
     };
     Ok(std::time::Duration::from_secs(secs))
+}
+
+/// A size in bytes: `1GiB`, `512MiB`, `64KiB`, `2G`, `500M`, `1048576`.
+fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len()));
+    let n: f64 = num.parse().map_err(|_| format!("{s:?} is not a size like 512MiB or 2GiB"))?;
+    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        _ => return Err(format!("{s:?}: the unit must be KiB, MiB, GiB or TiB")),
+    };
+    Ok((n * scale as f64) as u64)
 }
 
 fn init_logging(quiet: bool, verbose: u8) {

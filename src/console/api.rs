@@ -15,7 +15,8 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::{query_limited, Shared};
+use super::Shared;
+use crate::sql::guard::QueryError;
 
 const INDEX: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
@@ -56,14 +57,38 @@ fn asset(ty: &'static str, body: &'static str) -> Response {
     ([(header::CONTENT_TYPE, ty)], body).into_response()
 }
 
-/// The token (when one is set) on every endpoint, and the headers that keep pages inert.
+/// Before any route: the `Host` must be this console's (a DNS-rebinding page names its own),
+/// the token (when one is set) on every endpoint, and a POST's body JSON (a cross-site form
+/// can post `text/plain` without a preflight, never `application/json`). After: the headers
+/// that keep pages inert.
 async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let host = req.headers().get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    if !host_allowed(host, &s.http_addr, &s.opts.allow_hosts) {
+        return error(
+            StatusCode::FORBIDDEN,
+            &format!(
+                "Host {host:?} is not this console's address ({}): start it with --allow-host NAME to answer to a \
+                 name of a proxy in front of it",
+                s.http_addr
+            ),
+        );
+    }
     if let Some(token) = s.opts.token.as_deref() {
         let sent = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
         let ok = sent.and_then(|v| v.strip_prefix("Bearer ")).is_some_and(|t| constant_time_eq(t, token));
         // Pages and assets hold no data; the page asks for the token when an endpoint refuses.
         if req.uri().path().starts_with("/api/") && !ok {
             return error(StatusCode::UNAUTHORIZED, "this console needs its token: send `Authorization: Bearer T`");
+        }
+    }
+    if req.method() == axum::http::Method::POST {
+        let ty = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let mime = ty.split(';').next().unwrap_or_default().trim();
+        if !mime.eq_ignore_ascii_case("application/json") {
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                &format!("send the body as JSON with `Content-Type: application/json` (not {ty:?})"),
+            );
         }
     }
     let mut resp = next.run(req).await;
@@ -75,12 +100,52 @@ async fn guard(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respon
     resp
 }
 
+/// Whether a request's `Host` names this console: its bound address (any address literal of
+/// the machine when bound to all of them), `localhost` when bound on loopback, or a name given
+/// with `--allow-host` (with or without a port). Only a name can be rebound to this machine by
+/// someone else's DNS; address literals and `localhost` cannot.
+pub(super) fn host_allowed(host: &str, bound: &std::net::SocketAddr, allowed: &[String]) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    if allowed.iter().any(|a| {
+        let a = a.trim().to_ascii_lowercase();
+        host == a || host.rsplit_once(':').is_some_and(|(name, _)| name == a)
+    }) {
+        return true;
+    }
+    let (name, port) = match host.rsplit_once(':') {
+        // `[::1]:8080`, `127.0.0.1:8080`, `localhost:8080`; a bare `[::1]` has no port.
+        Some((n, p)) if !p.ends_with(']') => (n, p.parse::<u16>().ok()),
+        _ => (host.as_str(), Some(80)),
+    };
+    if port != Some(bound.port()) {
+        return false;
+    }
+    let ip = bound.ip();
+    if name == "localhost" {
+        return ip.is_loopback() || ip.is_unspecified();
+    }
+    match name.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>() {
+        Ok(literal) => literal == ip || ip.is_unspecified(),
+        Err(_) => false,
+    }
+}
+
 fn constant_time_eq(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 fn error(code: StatusCode, msg: &str) -> Response {
     (code, Json(json!({ "error": super::one_line(msg) }))).into_response()
+}
+
+/// A query that did not run or finish: 408 past its time, else 400; the body says why, with
+/// the SQLSTATE a PostgreSQL client would read (25006: it would write).
+fn query_error(e: &QueryError) -> Response {
+    let code = match e {
+        QueryError::Timeout { .. } => StatusCode::REQUEST_TIMEOUT,
+        _ => StatusCode::BAD_REQUEST,
+    };
+    (code, Json(json!({ "error": super::one_line(&e.to_string()), "sqlstate": e.sqlstate() }))).into_response()
 }
 
 /// A failure of the lake (not of the request) as a 500 with its message.
@@ -116,7 +181,7 @@ struct SqlRequest {
     limit: Option<usize>,
 }
 
-/// A JSON body, whatever its content type says (`curl -d` sends a form's).
+/// A JSON body (its content type is checked by [`guard`]).
 fn json_body<T: serde::de::DeserializeOwned>(body: &[u8], shape: &str) -> Result<T, Box<Response>> {
     serde_json::from_slice(body)
         .map_err(|e| Box::new(error(StatusCode::BAD_REQUEST, &format!("send {shape} as JSON: {e}"))))
@@ -127,22 +192,11 @@ async fn sql(State(s): State<Arc<Shared>>, body: axum::body::Bytes) -> Response 
         Ok(r) => r,
         Err(resp) => return *resp,
     };
-    let ctx = match s.session().await {
-        Ok(c) => c,
-        Err(e) => return internal(e),
-    };
-    let limit = req.limit.unwrap_or(s.opts.row_limit).min(s.opts.row_limit);
+    let limit = req.limit.unwrap_or(s.limits.rows).min(s.limits.rows);
     let started = std::time::Instant::now();
-    let r = match query_limited(&ctx, &req.sql, limit, s.opts.timeout).await {
+    let r = match s.query(&req.sql, limit).await {
         Ok(r) => r,
-        Err(e) => {
-            let code = if e.to_string().contains("time limit") {
-                StatusCode::REQUEST_TIMEOUT
-            } else {
-                StatusCode::BAD_REQUEST
-            };
-            return error(code, &e.to_string());
-        }
+        Err(e) => return query_error(&e),
     };
     let file = |ty: &'static str, ext: &str, body: Vec<u8>| {
         let name = format!("attachment; filename=\"query.{ext}\"");
@@ -238,31 +292,58 @@ async fn tables(State(s): State<Arc<Shared>>) -> Response {
     Json(json!({ "tables": out })).into_response()
 }
 
-/// The dataset card: its Markdown and its charts (as data URLs, for `<img>` only).
+/// The dataset card: its Markdown and its charts (as data URLs, for `<img>` only). Drawn once
+/// per version of the lake's tables, off the async runtime (it reads, counts and plots).
 async fn card(State(s): State<Arc<Shared>>) -> Response {
-    let r = async {
-        let dir = tempfile::tempdir()?;
-        let opts = crate::report::ReportOptions {
-            out: dir.path().to_path_buf(),
-            completeness: s.opts.run.curation.completeness.clone(),
-        };
-        crate::report::run(&s.lake, &opts).await?;
-        let markdown = std::fs::read_to_string(dir.path().join("card.md"))?;
-        let mut charts = BTreeMap::new();
-        for e in std::fs::read_dir(dir.path())? {
-            let p = e?.path();
-            if p.extension().is_some_and(|x| x == "png") {
-                let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
-                charts.insert(name, format!("data:image/png;base64,{}", base64(&std::fs::read(&p)?)));
-            }
-        }
-        anyhow::Ok(json!({ "markdown": markdown, "charts": charts }))
+    let versions = match s.snapshot().await {
+        Ok(snap) => snap.versions,
+        Err(e) => return internal(e),
     };
-    match r.await {
-        Ok(v) => Json(v).into_response(),
-        Err(e) if e.to_string().contains("no `") => error(StatusCode::NOT_FOUND, &format!("{e:#}")),
-        Err(e) => internal(e),
+    let mut cached = s.card.lock().await;
+    if let Some((at, v)) = cached.as_ref() {
+        if *at == versions {
+            return Json(v.clone()).into_response();
+        }
     }
+    let (lake, completeness) = (s.lake.clone(), s.opts.run.curation.completeness.clone());
+    let handle = tokio::runtime::Handle::current();
+    let drawn = tokio::task::spawn_blocking(move || handle.block_on(draw_card(&lake, completeness))).await;
+    match drawn {
+        Ok(Ok(Some(v))) => {
+            *cached = Some((versions, v.clone()));
+            Json(v).into_response()
+        }
+        Ok(Ok(None)) => error(
+            StatusCode::NOT_FOUND,
+            "no `pr_quality` or `rl_seed` table: run the jobs through seed first (swelake run --all …)",
+        ),
+        Ok(Err(e)) => internal(e),
+        Err(e) => internal(anyhow::anyhow!("drawing the card: {e}")),
+    }
+}
+
+async fn draw_card(
+    lake: &crate::lake::Lake,
+    completeness: crate::archive::CompletenessConfig,
+) -> Result<Option<Value>> {
+    for t in ["pr_quality", "rl_seed"] {
+        if !lake.has_table(t).await? {
+            return Ok(None);
+        }
+    }
+    let dir = tempfile::tempdir()?;
+    let opts = crate::report::ReportOptions { out: dir.path().to_path_buf(), completeness };
+    crate::report::run(lake, &opts).await?;
+    let markdown = std::fs::read_to_string(dir.path().join("card.md"))?;
+    let mut charts = BTreeMap::new();
+    for e in std::fs::read_dir(dir.path())? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "png") {
+            let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
+            charts.insert(name, format!("data:image/png;base64,{}", base64(&std::fs::read(&p)?)));
+        }
+    }
+    Ok(Some(json!({ "markdown": markdown, "charts": charts })))
 }
 
 fn base64(bytes: &[u8]) -> String {
@@ -297,9 +378,9 @@ struct InstanceFilter {
     offset: Option<usize>,
 }
 
+/// The console's own queries: under the time limit, every row.
 async fn rows_json(s: &Shared, sql: &str) -> Result<(Vec<Value>, Vec<Vec<Value>>)> {
-    let ctx = s.session().await?;
-    let r = query_limited(&ctx, sql, usize::MAX, s.opts.timeout).await?;
+    let r = s.query(sql, usize::MAX).await?;
     columns_and_rows(&r.schema, &r.batches)
 }
 
@@ -442,6 +523,46 @@ async fn score(State(s): State<Arc<Shared>>, Path(id): Path<String>, body: axum:
             .map(|o| o.iter().map(|(p, c)| (p.clone(), c.as_str().unwrap_or_default().to_string())).collect())
             .unwrap_or_default()
     };
-    let d = crate::reward::detailed::search_replace_reward(&map("context"), &map("oracle"), &req.answer);
-    Json(d).into_response()
+    let (context, oracle) = (map("context"), map("oracle"));
+    // The reward is CPU work (a diff per file): off the async runtime.
+    match tokio::task::spawn_blocking(move || {
+        crate::reward::detailed::search_replace_reward(&context, &oracle, &req.answer)
+    })
+    .await
+    {
+        Ok(d) => Json(d).into_response(),
+        Err(e) => internal(anyhow::anyhow!("scoring the answer: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn only_the_consoles_own_host_is_answered() {
+        let loopback = "127.0.0.1:8080".parse().unwrap();
+        for ok in ["127.0.0.1:8080", "localhost:8080", "LOCALHOST:8080"] {
+            assert!(host_allowed(ok, &loopback, &[]), "{ok}");
+        }
+        for no in ["evil.example", "evil.example:8080", "127.0.0.1:9090", "localhost", "10.0.0.1:8080", ""] {
+            assert!(!host_allowed(no, &loopback, &[]), "{no}");
+        }
+        let proxied = ["lake.example.org".to_string()];
+        assert!(host_allowed("lake.example.org", &loopback, &proxied));
+        assert!(host_allowed("lake.example.org:443", &loopback, &proxied));
+        assert!(!host_allowed("evil.example", &loopback, &proxied));
+
+        let v6 = "[::1]:8080".parse().unwrap();
+        assert!(host_allowed("[::1]:8080", &v6, &[]));
+        assert!(host_allowed("localhost:8080", &v6, &[]));
+        assert!(!host_allowed("[::1]", &v6, &[]));
+
+        // Bound to every address: any address literal of the machine, never a name.
+        let all = "0.0.0.0:8080".parse().unwrap();
+        assert!(host_allowed("192.168.1.20:8080", &all, &[]));
+        assert!(!host_allowed("evil.example:8080", &all, &[]));
+        let port80 = "127.0.0.1:80".parse().unwrap();
+        assert!(host_allowed("127.0.0.1", &port80, &[]));
+    }
 }

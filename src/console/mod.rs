@@ -10,20 +10,23 @@
 //! `textContent`, and the content security policy forbids inline script besides).
 
 mod api;
+pub mod limits;
 pub mod pg;
 pub mod shell;
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use arrow::array::RecordBatch;
 use datafusion::prelude::SessionContext;
-use futures::StreamExt;
 use tokio::sync::Mutex;
 
 use crate::lake::Lake;
+pub use crate::sql::guard::one_line;
+use crate::sql::guard::QueryError;
+pub use limits::{Limited, Limits};
 
 /// How `swelake serve` runs.
 #[derive(Debug, Clone)]
@@ -34,10 +37,17 @@ pub struct ServeOptions {
     pub pg_bind: Option<SocketAddr>,
     /// Bearer token for HTTP and password for the wire protocol; required off loopback.
     pub token: Option<String>,
-    /// Rows a query returns at most (the console's and the wire protocol's simple queries).
+    /// Rows a query returns at most, on every protocol path.
     pub row_limit: usize,
-    /// How long a query may run.
+    /// How long a query may run, waiting for a slot included.
     pub timeout: Duration,
+    /// Bytes the operators of one query may hold in memory.
+    pub memory_limit: usize,
+    /// Queries that run at once; more wait (within their time limit) for a slot.
+    pub max_queries: usize,
+    /// Host names the web console answers to besides its bound address (a reverse proxy's
+    /// public name): any other `Host` is refused, so a DNS-rebinding page cannot read it.
+    pub allow_hosts: Vec<String>,
     /// What the status page judges with (jobs, curation config).
     pub registry: crate::jobs::Registry,
     pub run: crate::jobs::RunOptions,
@@ -55,12 +65,27 @@ pub fn check_bind(addr: &SocketAddr, token: Option<&str>, flag: &str) -> Result<
     Ok(())
 }
 
-/// What every request shares: the lake and a session over its current table versions.
+/// A session over the lake's tables at some versions, and those versions.
+#[derive(Clone)]
+pub(crate) struct Snapshot {
+    pub ctx: Arc<SessionContext>,
+    pub versions: Arc<BTreeMap<String, i64>>,
+}
+
+/// The dataset card as the console serves it, and the table versions it was drawn from.
+type Card = (Arc<BTreeMap<String, i64>>, serde_json::Value);
+
+/// What every request shares: the lake, a session over its current table versions, the
+/// limits, and the dataset card of the versions it was drawn from.
 pub(crate) struct Shared {
     pub lake: Lake,
     pub opts: ServeOptions,
-    session: Mutex<Option<(Instant, Arc<SessionContext>)>>,
-    pg_session: Mutex<Option<(Instant, Arc<SessionContext>)>>,
+    /// The web console's address as bound (the port when `--bind` asked for port 0).
+    pub http_addr: SocketAddr,
+    pub limits: Limits,
+    session: Mutex<Option<(Instant, Snapshot)>>,
+    pg_session: Mutex<Option<(Instant, Snapshot)>>,
+    card: Mutex<Option<Card>>,
 }
 
 /// How long a session's table versions are reused before the lake is read again: pages that
@@ -68,77 +93,61 @@ pub(crate) struct Shared {
 const SESSION_TTL: Duration = Duration::from_secs(3);
 
 impl Shared {
-    pub fn new(lake: Lake, opts: ServeOptions) -> Arc<Shared> {
-        Arc::new(Shared { lake, opts, session: Mutex::new(None), pg_session: Mutex::new(None) })
+    pub fn new(lake: Lake, opts: ServeOptions, http_addr: SocketAddr) -> Arc<Shared> {
+        let limits = Limits::new(opts.row_limit, opts.timeout, opts.memory_limit, opts.max_queries);
+        Arc::new(Shared {
+            lake,
+            opts,
+            http_addr,
+            limits,
+            session: Mutex::new(None),
+            pg_session: Mutex::new(None),
+            card: Mutex::new(None),
+        })
     }
 
     /// A session over the lake as it is now (within [`SESSION_TTL`]), with every SQL function.
     pub async fn session(&self) -> Result<Arc<SessionContext>> {
+        Ok(self.snapshot().await?.ctx)
+    }
+
+    /// [`Shared::session`] with the table versions it reads.
+    pub async fn snapshot(&self) -> Result<Snapshot> {
         Self::cached(&self.session, &self.lake, false).await
     }
 
     /// [`Shared::session`] with PostgreSQL's catalogue and functions beside the lake's tables,
-    /// for the clients of the wire protocol (the console's SQL is `swelake sql`'s).
+    /// for the clients of the wire protocol (the console's SQL is `swelake sql`'s). Shared by
+    /// the connections as a catalogue: each connection builds its own session state on it.
     pub async fn pg_session(&self) -> Result<Arc<SessionContext>> {
-        Self::cached(&self.pg_session, &self.lake, true).await
+        Ok(Self::cached(&self.pg_session, &self.lake, true).await?.ctx)
     }
 
-    async fn cached(
-        slot: &Mutex<Option<(Instant, Arc<SessionContext>)>>,
-        lake: &Lake,
-        pg: bool,
-    ) -> Result<Arc<SessionContext>> {
+    async fn cached(slot: &Mutex<Option<(Instant, Snapshot)>>, lake: &Lake, pg: bool) -> Result<Snapshot> {
         let mut slot = slot.lock().await;
-        if let Some((at, ctx)) = slot.as_ref() {
+        if let Some((at, snap)) = slot.as_ref() {
             if at.elapsed() < SESSION_TTL {
-                return Ok(ctx.clone());
+                return Ok(snap.clone());
             }
         }
-        let ctx = crate::sql::session(lake).await?;
+        let (ctx, versions) = lake.session_at_versions().await?;
+        crate::udfs::register_all(&ctx);
         if pg {
             pg::add_pg_catalog(&ctx)?;
         }
-        let ctx = Arc::new(ctx);
-        *slot = Some((Instant::now(), ctx.clone()));
-        Ok(ctx)
+        let snap = Snapshot { ctx: Arc::new(ctx), versions: Arc::new(versions) };
+        *slot = Some((Instant::now(), snap.clone()));
+        Ok(snap)
     }
-}
 
-/// A query's first rows, and whether more were left out.
-pub struct Limited {
-    pub batches: Vec<RecordBatch>,
-    pub schema: arrow::datatypes::SchemaRef,
-    pub truncated: bool,
-}
-
-/// Runs a read-only query for at most `timeout`, keeping at most `limit` rows.
-pub async fn query_limited(ctx: &SessionContext, sql: &str, limit: usize, timeout: Duration) -> Result<Limited> {
-    let run = async {
-        let df = ctx.sql_with_options(sql, crate::sql::read_only()).await?;
-        let schema = Arc::new(df.schema().as_arrow().clone());
-        let mut stream = df.execute_stream().await?;
-        let (mut batches, mut rows, mut truncated) = (Vec::new(), 0usize, false);
-        while let Some(b) = stream.next().await {
-            let b = b?;
-            if rows + b.num_rows() > limit {
-                batches.push(b.slice(0, limit - rows));
-                truncated = true;
-                break;
-            }
-            rows += b.num_rows();
-            batches.push(b);
-        }
-        Ok::<_, datafusion::error::DataFusionError>(Limited { batches, schema, truncated })
-    };
-    match tokio::time::timeout(timeout, run).await {
-        Ok(r) => r.map_err(|e| anyhow::anyhow!(one_line(&e.to_string()))),
-        Err(_) => bail!("the query ran past the time limit of {} s (swelake serve --timeout)", timeout.as_secs_f64()),
+    /// Runs `sql` (DataFusion's dialect) over the lake as it is now, if it only reads, under
+    /// the server's limits and at most `rows` rows.
+    pub async fn query(&self, sql: &str, rows: usize) -> Result<Limited, QueryError> {
+        let ctx = self.session().await.map_err(|e| QueryError::Failed(one_line(&format!("{e:#}"))))?;
+        let state = ctx.state();
+        let plan = crate::sql::guard::plan(&state, sql).await?;
+        self.limits.run(&state, plan, self.limits.time, rows).await
     }
-}
-
-/// An error as one line: DataFusion's nest their causes over several.
-pub fn one_line(s: &str) -> String {
-    s.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
 /// Serves the console (and the wire protocol when asked) until the process is stopped.
@@ -147,13 +156,13 @@ pub async fn serve(lake: Lake, opts: ServeOptions) -> Result<()> {
     if let Some(pg) = &opts.pg_bind {
         check_bind(pg, opts.token.as_deref(), "--pg-bind")?;
     }
-    let shared = Shared::new(lake, opts.clone());
-    // Fail now, not on the first page, when the lake cannot be read.
-    shared.session().await.context("opening the lake's tables")?;
     let listener = tokio::net::TcpListener::bind(opts.bind)
         .await
         .with_context(|| format!("binding the console to {}", opts.bind))?;
     let addr = listener.local_addr()?;
+    let shared = Shared::new(lake, opts.clone(), addr);
+    // Fail now, not on the first page, when the lake cannot be read.
+    shared.session().await.context("opening the lake's tables")?;
     eprintln!("swelake serve: the console of {} is at http://{addr}/", shared.lake.location());
     let pg = match opts.pg_bind {
         Some(pg_addr) => {

@@ -449,14 +449,22 @@ impl Lake {
     /// A DataFusion session with every table of the lake registered under its name. It has
     /// no swelake SQL functions: the layer that plans queries adds them (`udfs::register_all`).
     pub async fn session(&self) -> Result<SessionContext> {
+        Ok(self.session_at_versions().await?.0)
+    }
+
+    /// [`Lake::session`] and the version of each table it registered: what a cache of
+    /// anything computed from the tables keys on.
+    pub async fn session_at_versions(&self) -> Result<(SessionContext, BTreeMap<String, i64>)> {
         let ctx = SessionContext::new_with_config(session_config()?);
+        let mut versions = BTreeMap::new();
         for name in self.tables().await? {
             let table = self.open_table(&name).await?;
             table.update_datafusion_session(&ctx.state())?;
             let provider = table.table_provider().await.with_context(|| format!("reading table `{name}`"))?;
             ctx.register_table(name.as_str(), provider)?;
+            versions.insert(name, table.version().map_or(-1, |v| v as i64));
         }
-        Ok(ctx)
+        Ok((ctx, versions))
     }
 
     /// [`Lake::session`] with each of `optional` that does not exist yet registered as an

@@ -56,17 +56,26 @@ pub(crate) fn serve(args: &[&str], env: &[(String, String)]) -> Served {
     Served { child, http: http.unwrap(), pg }
 }
 
-/// One HTTP/1.1 request; returns the status and the body.
+/// One HTTP/1.1 request with a JSON body, as a script sends it; returns the status and the body.
 pub(crate) fn http(addr: &str, method: &str, path: &str, body: Option<&str>) -> (u16, String) {
+    http_with(addr, method, path, &[("Host", addr), ("Content-Type", "application/json")], body)
+}
+
+/// One HTTP/1.1 request with exactly these headers (and its length).
+pub(crate) fn http_with(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&str>,
+) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     let body = body.unwrap_or("");
-    write!(
-        s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
-         Connection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    write!(s, "{head}Content-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let text = String::from_utf8_lossy(&raw).to_string();
@@ -362,18 +371,32 @@ async fn with_a_token_every_endpoint_asks_for_it() {
         &["--lake", &hours, "--token", "s3cret", "--config", config.to_str().unwrap(), "--pg-bind", "127.0.0.1:0"],
         &[],
     );
-    assert_eq!(http(&s.http, "GET", "/api/status", None).0, 401);
+    // Every endpoint, read or post, without the token and with a wrong one.
+    let routes = [
+        ("GET", "/api/status"),
+        ("GET", "/api/hours"),
+        ("GET", "/api/tables"),
+        ("GET", "/api/card"),
+        ("GET", "/api/instances"),
+        ("GET", "/api/instances/pallets%2Fjinja%231"),
+        ("POST", "/api/sql"),
+        ("POST", "/api/instances/pallets%2Fjinja%231/score"),
+    ];
+    for (method, path) in routes {
+        let body = if method == "POST" { Some(r#"{"sql": "SELECT 1", "answer": "x"}"#) } else { None };
+        let json = [("Host", s.http.as_str()), ("Content-Type", "application/json")];
+        assert_eq!(http_with(&s.http, method, path, &json, body).0, 401, "{method} {path} without a token");
+        let wrong = [json[0], json[1], ("Authorization", "Bearer s3cre")];
+        assert_eq!(http_with(&s.http, method, path, &wrong, body).0, 401, "{method} {path} with a wrong token");
+    }
     // The pages themselves hold no data and no token.
     let (code, page) = http(&s.http, "GET", "/status", None);
     assert_eq!(code, 200);
     assert!(!page.contains("s3cret"));
-    let mut st = std::net::TcpStream::connect(&s.http).unwrap();
-    write!(st, "GET /api/hours HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s3cret\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut r = String::new();
-    st.read_to_string(&mut r).unwrap();
-    assert!(r.starts_with("HTTP/1.1 200"), "{r}");
-    assert!(r.contains("\"verdict\":\"missing\""), "{r}");
+    let right = [("Host", s.http.as_str()), ("Authorization", "Bearer s3cret")];
+    let (code, body) = http_with(&s.http, "GET", "/api/hours", &right, None);
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"verdict\":\"missing\""), "{body}");
     // Over the wire protocol the token is the password.
     if let Some(psql) = tool("psql") {
         let pg = s.pg.clone().unwrap();
@@ -409,4 +432,219 @@ async fn with_a_token_every_endpoint_asks_for_it() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
+}
+
+const HEAVY: &str = "SELECT count(*) FROM range(1, 30000000000) WHERE value % 7 = 3";
+
+/// Every table's Delta version, read from the lake's logs.
+async fn versions(lake: &str) -> std::collections::BTreeMap<String, i64> {
+    Lake::open(lake).unwrap().session_at_versions().await.unwrap().1
+}
+
+/// Writes in every disguise a client could send, each naming a file under `scratch` where it
+/// writes one.
+fn writes(scratch: &Path) -> Vec<String> {
+    let f = |name: &str| scratch.join(name).display().to_string();
+    vec![
+        format!("EXPLAIN ANALYZE COPY (SELECT 'x') TO '{}'", f("psql-explain-copy.csv")),
+        format!("COPY (SELECT 'x') TO '{}'", f("psql-copy.csv")),
+        "EXPLAIN ANALYZE INSERT INTO pull_requests (repo_name, number) VALUES ('x/y', 1)".into(),
+        "EXPLAIN ANALYZE DELETE FROM pull_requests WHERE number > 0".into(),
+        "EXPLAIN ANALYZE UPDATE pull_requests SET title = 'x'".into(),
+        "CREATE TABLE copied AS SELECT * FROM pull_requests".into(),
+        format!("CREATE EXTERNAL TABLE ext (a INT) STORED AS CSV LOCATION '{}'", f("psql-ext.csv")),
+        "INSERT INTO pull_requests (repo_name, number) VALUES ('x/y', 1)".into(),
+        "PREPARE p AS INSERT INTO pull_requests (repo_name, number) VALUES ($1, $2)".into(),
+    ]
+}
+
+/// The issue's whole list: writes refused on every path (psql's simple protocol, psycopg 3's
+/// extended one, JDBC), settings kept per connection, and `--row-limit` / `--timeout` on
+/// queries, cursors and EXPLAIN ANALYZE over PostgreSQL and HTTP. Afterwards no file exists
+/// and every table is at its version of before.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_path_stays_read_only_and_within_its_limits() {
+    let dir = tempfile::tempdir().unwrap();
+    let (demo, _) = crate::curation::sample_lake(dir.path(), None).await;
+    let lake = demo.location();
+    let before = versions(&lake).await;
+    let scratch = dir.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let s = serve(&["--lake", &lake, "--pg-bind", "127.0.0.1:0", "--row-limit", "5", "--timeout", "3s"], &[]);
+    let pg = s.pg.clone().unwrap();
+    let (host, port) = pg.rsplit_once(':').unwrap();
+    let events: usize = sql_json(&lake, "SELECT count(*) AS n FROM events")[0]["n"].as_u64().unwrap() as usize;
+    assert!(events > 5, "the limit must cut something: {events} events");
+
+    if let Some(psql) = tool("psql") {
+        // Each `-c` is one simple-protocol query on the same connection.
+        let psql_run = |cmds: &[&str]| {
+            let mut c = Command::new(&psql);
+            c.args(["-X", "-A", "-t", "-v", "VERBOSITY=verbose", "-v", "ON_ERROR_STOP=1", "-h", host, "-p", port]);
+            c.args(["-U", "analyst", "-d", "lake"]).env("PGCONNECT_TIMEOUT", "10");
+            for cmd in cmds {
+                c.args(["-c", cmd]);
+            }
+            let started = std::time::Instant::now();
+            let o = c.output().unwrap();
+            (
+                o.status.success(),
+                String::from_utf8_lossy(&o.stdout).to_string(),
+                String::from_utf8_lossy(&o.stderr).to_string(),
+                started.elapsed(),
+            )
+        };
+        for w in writes(&scratch) {
+            let (ok, _, err, _) = psql_run(&[&w]);
+            assert!(!ok, "psql ran {w}");
+            assert!(err.contains("25006") && err.contains("read-only"), "{w}: {err}");
+        }
+        let (ok, out, err, _) = psql_run(&["SELECT id, type FROM events"]);
+        assert!(ok, "{err}");
+        assert_eq!(out.lines().count(), 5, "{out}");
+        assert!(err.contains("cut to its first 5 rows"), "{err}");
+        for cmds in [
+            vec![HEAVY],
+            vec![&*format!("EXPLAIN ANALYZE {HEAVY}")],
+            vec!["BEGIN", &*format!("DECLARE h CURSOR FOR {HEAVY}"), "FETCH ALL FROM h"],
+        ] {
+            let (ok, _, err, took) = psql_run(&cmds);
+            assert!(!ok && err.contains("57014"), "{cmds:?}: {err}");
+            assert!(took < std::time::Duration::from_secs(10), "{cmds:?} took {took:?}");
+        }
+        let (ok, out, err, _) = psql_run(&[
+            "BEGIN",
+            "DECLARE c CURSOR FOR SELECT id FROM events ORDER BY id",
+            "FETCH ALL FROM c",
+            "COMMIT",
+        ]);
+        assert!(ok, "{err}");
+        let fetched: Vec<&str> =
+            out.lines().filter(|l| !l.is_empty() && l.chars().all(|c| c.is_ascii_digit())).collect();
+        assert_eq!(fetched.len(), 5, "{out}");
+    }
+
+    if let Some(py) = crate::python::python() {
+        let out = crate::python::script(&py, "console_pg.py", &[host, port, scratch.to_str().unwrap()], &[]);
+        let seen: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        for (what, r) in seen["writes"].as_object().unwrap() {
+            assert_eq!(r["ok"], false, "psycopg ran {what}: {r}");
+            assert_eq!(r["sqlstate"], "25006", "{what}: {r}");
+            assert!(r["error"].as_str().unwrap().contains("read-only"), "{what}: {r}");
+        }
+        assert_eq!(seen["after_refusals"]["ok"], true, "{}", seen["after_refusals"]);
+        // Settings: the engine's refused, a driver's kept on its own connection.
+        for k in ["set_engine", "set_memory", "set_spill"] {
+            assert_eq!(seen[k]["sqlstate"], "25006", "{k}: {}", seen[k]);
+        }
+        assert_eq!(seen["set_application_name"]["ok"], true, "{}", seen["set_application_name"]);
+        assert_eq!(seen["a_application_name"]["rows"][0][0], "connection-a");
+        assert_ne!(seen["b_application_name"]["rows"][0][0], "connection-a", "{}", seen["b_application_name"]);
+        for k in ["a_batch_size", "b_batch_size"] {
+            assert_eq!(
+                seen[k]["rows"][0],
+                serde_json::json!(["datafusion.execution.batch_size", "8192"]),
+                "{k}: {}",
+                seen[k]
+            );
+        }
+        let want_binary: Vec<Vec<String>> =
+            sql_json(&lake, "SELECT number, repo_name FROM pull_requests WHERE number >= 0 ORDER BY number LIMIT 3")
+                .iter()
+                .map(|r| vec![r["number"].to_string(), r["repo_name"].as_str().unwrap().to_string()])
+                .collect();
+        assert_eq!(seen["binary_rows"], serde_json::json!(want_binary));
+        // Limits on the extended protocol, EXPLAIN ANALYZE and cursors.
+        assert_eq!(seen["events"]["rows"].as_array().unwrap().len(), 5, "{}", seen["events"]);
+        assert!(seen["events"]["notices"].to_string().contains("cut to its first 5 rows"), "{}", seen["events"]);
+        for k in ["heavy_extended", "explain_analyze_heavy", "declare_heavy"] {
+            assert_eq!(seen[k]["sqlstate"], "57014", "{k}: {}", seen[k]);
+            assert!(seen[k]["seconds"].as_f64().unwrap() < 10.0, "{k}: {}", seen[k]);
+        }
+        assert_eq!(seen["declare"]["ok"], true, "{}", seen["declare"]);
+        assert_eq!(seen["fetch_all"]["rows"].as_array().unwrap().len(), 5, "{}", seen["fetch_all"]);
+        assert_eq!(seen["named_cursor"]["ok"], true, "{}", seen["named_cursor"]);
+        assert_eq!(seen["named_cursor"]["columns"], serde_json::json!(["id", "type"]));
+        assert_eq!(seen["named_cursor"]["rows"], 5);
+        // A client's statement_timeout lowers the limit for its connection only, never raises it.
+        assert_eq!(seen["show_timeout_low"]["rows"][0][0], "1000ms");
+        assert_eq!(seen["heavy_low"]["sqlstate"], "57014");
+        assert!(seen["heavy_low"]["seconds"].as_f64().unwrap() < 2.5, "{}", seen["heavy_low"]);
+        assert!(
+            seen["set_timeout_high"]["notices"].to_string().contains("at most 3000 ms"),
+            "{}",
+            seen["set_timeout_high"]
+        );
+        assert_eq!(seen["show_timeout_high"]["rows"][0][0], "3000ms");
+        assert_eq!(seen["show_timeout_other"]["rows"][0][0], "3000ms");
+    }
+
+    // JDBC, as DBeaver and Metabase connect: the catalogue, a prepared query, a refused write.
+    let jar = Path::new("/usr/share/java/postgresql.jar");
+    if let Some(java) = tool("java") {
+        assert!(jar.is_file() || !required(), "{} is required: apt-get install libpostgresql-jdbc-java", jar.display());
+        if jar.is_file() {
+            let probe = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/jdbc/LakeProbe.java");
+            let o = Command::new(java)
+                .arg("-cp")
+                .arg(jar)
+                .arg(&probe)
+                .arg(format!("jdbc:postgresql://{pg}/lake"))
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "{}\n{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let seen: Value = serde_json::from_slice(&o.stdout).unwrap();
+            let tables: Vec<String> = serde_json::from_value(seen["tables"].clone()).unwrap();
+            for t in ["events", "pull_requests", "rl_seed"] {
+                assert!(tables.contains(&t.to_string()), "{t} not in {tables:?}");
+            }
+            assert!(seen["columns"].as_array().unwrap().iter().any(|c| c == "merged_at"), "{}", seen["columns"]);
+            let want: Vec<String> = sql_json(
+                &lake,
+                "SELECT repo_name, number FROM pull_requests WHERE number >= 0 ORDER BY repo_name, number",
+            )
+            .iter()
+            .map(|r| format!("{}|{}", r["repo_name"].as_str().unwrap(), r["number"]))
+            .collect();
+            assert_eq!(seen["rows"], serde_json::json!(want));
+            assert_eq!(seen["insert_sqlstate"], "25006");
+        }
+    }
+
+    // HTTP: the same limits, and only its own Host and JSON bodies.
+    let sql = |q: &str| http(&s.http, "POST", "/api/sql", Some(&serde_json::json!({ "sql": q }).to_string()));
+    let (code, body) = sql("SELECT * FROM events");
+    assert_eq!(code, 200, "{body}");
+    let got: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(got["rows"].as_array().unwrap().len(), 5);
+    assert_eq!(got["truncated"], true);
+    let started = std::time::Instant::now();
+    let (code, body) = sql(HEAVY);
+    assert_eq!(code, 408, "{body}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10), "{:?}", started.elapsed());
+    for w in writes(&scratch) {
+        let (code, body) = sql(&w);
+        assert_eq!(code, 400, "{w}: {body}");
+        let e: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(e["sqlstate"], "25006", "{w}: {body}");
+    }
+    let json = ("Content-Type", "application/json");
+    let (code, body) = http_with(&s.http, "GET", "/api/status", &[("Host", "evil.example"), json], None);
+    assert_eq!(code, 403, "{body}");
+    let (code, body) =
+        http_with(&s.http, "GET", "/api/status", &[("Host", &s.http.replace("127.0.0.1", "localhost")), json], None);
+    assert_eq!(code, 200, "{body}");
+    let plain = [("Host", s.http.as_str()), ("Content-Type", "text/plain")];
+    let (code, body) = http_with(&s.http, "POST", "/api/sql", &plain, Some(r#"{"sql": "SELECT 1"}"#));
+    assert_eq!(code, 415, "{body}");
+
+    // Nothing was written: no file, no commit.
+    let left: Vec<_> = std::fs::read_dir(&scratch).unwrap().map(|e| e.unwrap().path()).collect();
+    assert!(left.is_empty(), "files written: {left:?}");
+    assert_eq!(versions(&lake).await, before);
 }

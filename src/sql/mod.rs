@@ -6,9 +6,10 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use arrow::array::RecordBatch;
-use datafusion::execution::context::SQLOptions;
 
 use crate::lake::Lake;
+
+pub mod guard;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -49,13 +50,11 @@ pub async fn query_on_cluster(lake: &Lake, scheduler: &str, query: &str) -> Resu
     run_read_only(&ctx, query).await
 }
 
-/// What a read-only query may be: no DDL, no DML, no statements (SET, transactions).
-pub(crate) fn read_only() -> SQLOptions {
-    SQLOptions::new().with_allow_ddl(false).with_allow_dml(false).with_allow_statements(false)
-}
-
+/// Runs `query` if its plan only reads ([`guard::check`]).
 pub(crate) async fn run_read_only(ctx: &datafusion::prelude::SessionContext, query: &str) -> Result<Vec<RecordBatch>> {
-    let df = ctx.sql_with_options(query, read_only()).await.context("planning the query")?;
+    let state = ctx.state();
+    let plan = guard::plan(&state, query).await.context("planning the query")?;
+    let df = datafusion::dataframe::DataFrame::new(state, plan);
     df.collect().await.context("running the query")
 }
 
