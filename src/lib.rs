@@ -23,6 +23,7 @@
 //! 1. infrastructure: [`archive`] (GH Archive's hours and their completeness), [`lake`]
 //!    (tables, run records, the blob store), [`schema`] (table
 //!    contracts), [`git`], `lang`, [`query`] (typed reads), `config` (the curation file), [`files`],
+//!    [`stage`] (what a Rust stage is to the scheduler),
 //!    and from `swelake-core` [`models`], [`memory`], [`progress`], [`charts`], [`hash`],
 //!    [`rng`];
 //! 2. stages: [`ingest`], [`prs`], [`snapshots`], [`filters`], [`relevance`], [`seed`],
@@ -30,7 +31,7 @@
 //!    the other stages;
 //! 3. orchestration: [`jobs`] (the scheduler), [`distributed`] (the SQL jobs on Ballista), [`udfs`] (every SQL function, registered by the
 //!    layers that plan queries), [`sql`] (the `swelake sql` command), [`console`] (`swelake serve`: the web console, the
-//!    PostgreSQL wire protocol, and the SQL shell), [`export`], [`generate`] (archive days for benchmarks), `demo`, `bench`,
+//!    PostgreSQL wire protocol, and the SQL shell), [`export`], [`synthetic`] (archive days for benchmarks), `demo`, `bench`,
 //!    [`samples`];
 //! 4. [`cli`]: the command line, the only module that knows clap.
 
@@ -43,6 +44,7 @@ pub mod lake;
 pub(crate) mod lang;
 pub mod query;
 pub mod schema;
+pub mod stage;
 pub use swelake_core::{charts, hash, memory, models, progress, rng};
 
 // Stages.
@@ -62,10 +64,10 @@ pub mod console;
 pub(crate) mod demo;
 pub mod distributed;
 pub mod export;
-pub mod generate;
 pub mod jobs;
 pub mod samples;
 pub mod sql;
+pub mod synthetic;
 pub mod udfs;
 
 // The command line.

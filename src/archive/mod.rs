@@ -7,15 +7,17 @@
 mod completeness;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use anyhow::Result;
-use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
 use chrono::{NaiveDate, NaiveDateTime};
+use serde::Serialize;
 
+use crate::lake::rows::to_batch;
 use crate::lake::{writer_properties, Codec, Lake, TableWriter};
 
-pub use completeness::*;
+pub use completeness::{
+    assess, hours, judge, Completeness, CompletenessConfig, Expect, Expected, HourFlag, HourVerdict, HoursView,
+};
 
 /// The table of what each ingested hour file held.
 pub const SOURCE_HOURS: &str = "source_hours";
@@ -46,11 +48,14 @@ impl Hour {
 }
 
 /// One row of `source_hours`: what an hour file held.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct HourRecord {
     /// The hour's key (`YYYY-MM-DD-H`; the file's stem for files not named by hour).
+    #[serde(rename = "hour")]
     pub key: String,
+    #[serde(rename = "hour_start", serialize_with = "micros")]
     pub start: Option<Hour>,
+    #[serde(rename = "source_file")]
     pub file: String,
     pub lines: u64,
     pub events: u64,
@@ -61,26 +66,18 @@ pub struct HourRecord {
     pub json_bytes: u64,
 }
 
+/// An hour as the microseconds of its start, as a `timestamp` column takes it.
+fn micros<S: serde::Serializer>(hour: &Option<Hour>, s: S) -> Result<S::Ok, S::Error> {
+    match hour {
+        Some(h) => s.serialize_i64(h.0.and_utc().timestamp_micros()),
+        None => s.serialize_none(),
+    }
+}
+
 /// Records an hour file's row in `source_hours`, replacing an earlier row of the same hour.
 pub async fn record_hour(lake: &Lake, r: &HourRecord) -> Result<()> {
-    let schema = crate::schema::arrow(SOURCE_HOURS)?;
-    let n = |v: u64| Arc::new(Int64Array::from(vec![v as i64]));
-    let start = r.start.map(|h| h.0.and_utc().timestamp_micros());
-    let batch = RecordBatch::try_new(
-        schema.clone(),
-        vec![
-            Arc::new(StringArray::from(vec![r.key.clone()])),
-            Arc::new(TimestampMicrosecondArray::from(vec![start]).with_timezone("UTC")),
-            Arc::new(StringArray::from(vec![r.file.clone()])),
-            n(r.lines),
-            n(r.events),
-            n(r.rejected),
-            n(r.repos),
-            n(r.pr_events),
-            n(r.compressed_bytes),
-            n(r.json_bytes),
-        ],
-    )?;
+    let batch = to_batch(SOURCE_HOURS, std::slice::from_ref(r))?;
+    let schema = batch.schema();
     let mut table = lake.ensure_contract_table(SOURCE_HOURS).await?;
     let mut w = TableWriter::new(lake, SOURCE_HOURS, &r.key, &schema, None, writer_properties(&[], &[], Codec::Zstd))?;
     w.write(&batch)?;

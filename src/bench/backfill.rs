@@ -1,6 +1,11 @@
 //! `bench backfill`: day after day into one lake, `run --all`'s peak RSS per day.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::jobs::real_hours;
+use super::{dir_bytes, timed_child};
+use anyhow::{bail, Context, Result};
 
 #[derive(Debug, Clone)]
 pub struct BackfillBenchOptions {
@@ -55,14 +60,14 @@ pub fn backfill(o: &BackfillBenchOptions) -> Result<()> {
     let mut total_events = 0u64;
     for d in 0..o.days {
         let day = o.first_day + chrono::Duration::days(d as i64);
-        let g = crate::generate::GenerateOptions {
+        let g = crate::synthetic::SynthOptions {
             sources: sources.clone(),
             first_hour: format!("{}-0", day.format("%Y-%m-%d")),
             hours: o.hours_per_day,
             copies: o.copies,
             hours_before: d * o.hours_per_day,
         };
-        crate::generate::generate_hours(&g, &hours)?;
+        crate::synthetic::synthesize_hours(&g, &hours)?;
         let (secs, peak, out) = timed_child(
             vec![s(&exe), "-q".into(), "run".into(), "--all".into(), "--source".into(), s(&hours)]
                 .into_iter()

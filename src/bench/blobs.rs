@@ -1,6 +1,11 @@
 //! `bench blobs`: blob reads of the snapshot job against `git cat-file --batch` on the same list.
 
-use super::*;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
 
 #[derive(Debug, Clone)]
 pub struct BlobsBenchOptions {

@@ -1,7 +1,12 @@
 //! What the benchmarks start on loopback and stop when dropped: moto's S3 server, and a
 //! Ballista scheduler with executors (this binary's `ballista` subcommands).
 
-use super::*;
+use std::io::{Read, Write};
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
 
 /// A moto server started by the benchmark, stopped when dropped.
 pub(super) struct LocalS3(std::process::Child);

@@ -1,7 +1,12 @@
 //! `bench ingest`: one core, `swelake ingest` against the decompression floor, a zstd lower
 //! bound and DuckDB's `read_json` → Parquet, on hours replicated from real GH Archive events.
 
-use super::*;
+use std::io::{BufRead, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{dir_bytes, have, timed_child};
+use anyhow::{bail, Context, Result};
 
 #[derive(Debug, Clone)]
 pub struct IngestBenchOptions {

@@ -1,7 +1,14 @@
 //! `bench jobs`: a generated day through ingest and the SQL jobs (each in its own process, for
 //! its peak RSS), on Ballista with 1 and 2 executors, and in DuckDB (`bench/duckdb_pr_jobs.py`).
 
-use super::*;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use super::cluster::start_loopback;
+use super::timed_child;
+use anyhow::{bail, Context, Result};
 
 /// Options of `swelake bench jobs`.
 #[derive(Debug, Clone)]
@@ -114,14 +121,14 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
     std::fs::create_dir_all(&o.work)?;
     let hours = o.work.join("hours");
     let t = Instant::now();
-    let g = crate::generate::GenerateOptions {
+    let g = crate::synthetic::SynthOptions {
         sources,
         first_hour: o.first_hour.clone(),
         hours: o.hours,
         copies: o.copies,
         hours_before: 0,
     };
-    let files = crate::generate::generate_hours(&g, &hours)?;
+    let files = crate::synthetic::synthesize_hours(&g, &hours)?;
     let bytes: u64 = files.iter().filter_map(|f| f.metadata().ok()).map(|m| m.len()).sum();
     eprintln!(
         "generated {} hour files ({:.1} MB gzipped) from {} in {:.1}s",

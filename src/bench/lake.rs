@@ -1,7 +1,12 @@
 //! `bench lake`: ingest of generated hours into a local lake and into an S3-compatible store
 //! (moto on loopback), with one and two hours at a time.
 
-use super::*;
+use std::path::PathBuf;
+
+use super::cluster::{create_bucket, start_moto};
+use super::ingest::make_hour;
+use super::{have, timed_child, IngestBenchOptions};
+use anyhow::Result;
 
 #[derive(Debug, Clone)]
 pub struct LakeBenchOptions {

@@ -3,12 +3,11 @@
 //!
 //! One file per benchmark; `cluster` starts what they need on loopback (moto, Ballista); the
 //! Python baselines are files under `bench/`; the generated archive days they run on come from
-//! [`crate::generate`]. The trainer's benchmarks live in its crate (`swelake_train::bench`).
+//! [`crate::synthetic`]. The trainer's benchmarks live in its crate (`swelake_train::bench`).
 //! Here: the helpers every benchmark uses, to run a child process timed and measured.
 
-use std::collections::BTreeMap;
-use std::io::{BufRead, Read, Write};
-use std::path::{Path, PathBuf};
+use std::io::Read;
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -24,15 +23,14 @@ mod project;
 mod relevance;
 mod reward;
 
-pub use backfill::*;
-pub use blobs::*;
-use cluster::*;
-pub use ingest::*;
-pub use jobs::*;
-pub use lake::*;
-pub use project::*;
-pub use relevance::*;
-pub use reward::*;
+pub use backfill::{backfill, BackfillBenchOptions};
+pub use blobs::{blobs, BlobsBenchOptions};
+pub use ingest::{gunzip_pages, ingest, IngestBenchOptions};
+pub use jobs::{jobs, JobsBenchOptions};
+pub use lake::{lake, LakeBenchOptions};
+pub use project::{project, ProjectBenchOptions, Scale};
+pub use relevance::{relevance, RelevanceBenchOptions};
+pub use reward::{reward, RewardBenchOptions};
 
 fn have(cmd: &str, arg: &str) -> bool {
     Command::new(cmd).arg(arg).output().map(|o| o.status.success()).unwrap_or(false)

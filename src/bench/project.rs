@@ -1,7 +1,10 @@
 //! `bench project`: each stage's unit cost measured on this machine, multiplied by SWE-RL's
 //! counts, into machine-hours per stage and the wall time on N machines.
 
-use super::*;
+use std::path::{Path, PathBuf};
+
+use super::{jobs, timed_child};
+use anyhow::{bail, Context, Result};
 
 /// Options of `swelake bench project`.
 #[derive(Debug, Clone)]
@@ -74,7 +77,7 @@ pub fn project(o: &ProjectBenchOptions) -> Result<()> {
 
     // The archive side: a generated day of real events through ingest and the SQL jobs.
     let (_, sources) = jobs::real_hours(o.sources.as_deref())?;
-    let g = crate::generate::GenerateOptions {
+    let g = crate::synthetic::SynthOptions {
         sources,
         first_hour: "2025-03-01-0".into(),
         hours: o.hours,
@@ -82,7 +85,7 @@ pub fn project(o: &ProjectBenchOptions) -> Result<()> {
         hours_before: 0,
     };
     let hours = o.work.join("hours");
-    crate::generate::generate_hours(&g, &hours)?;
+    crate::synthetic::synthesize_hours(&g, &hours)?;
     let day = o.work.join("day");
     let (ingest_s, out) = run(&["ingest", "--source", &s(&hours), "--lake", &s(&day), "--json"])?;
     let v: serde_json::Value = serde_json::from_str(out.trim()).with_context(|| format!("ingest printed {out:?}"))?;

@@ -1,15 +1,20 @@
 //! `bench relevance`: the relevance stage against the encoder on every chunk of every
 //! candidate on the same PRs, and the encoder against Python onnxruntime (`bench/ort_baseline.py`).
 
-use super::*;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
 
 use crate::lake::Lake;
+use crate::relevance::cache::{EmbeddingCache, FIRST_CHUNK_CHARS};
 use crate::relevance::encoder::Encoder;
+use crate::relevance::eval::{case_set, for_each_case, loo_recall};
+use crate::relevance::job::{load_work, rank_work, RepoContext};
+use crate::relevance::pipeline::{rank_change, Embedder};
 use crate::relevance::rank::FactsCache;
-use crate::relevance::{
-    case_set, changes_from_lake, for_each_case, load_work, loo_recall, rank_change, rank_work, Embedder,
-    EmbeddingCache, Pipeline, RelevanceConfig, RelevanceSummary, RepoContext, FIRST_CHUNK_CHARS,
-};
+use crate::relevance::{changes_from_lake, Pipeline, RelevanceConfig, RelevanceSummary};
 use git2::Repository;
 use serde::Serialize;
 

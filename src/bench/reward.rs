@@ -1,7 +1,12 @@
 //! `bench reward`: `swelake reward` on one thread and on all, against python3's difflib
 //! running the same cases (`bench/reward_baseline.py`).
 
-use super::*;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{have, timed_child};
+use anyhow::{bail, Context, Result};
 
 #[derive(Debug, Clone)]
 pub struct RewardBenchOptions {

@@ -1,11 +1,12 @@
 //! The flags of `swelake bench …`, parsed into the benchmarks' plain option structs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
+use super::args::{ConfigArg, LakeArg, RepoArgs};
 use super::default_jobs;
 
 #[derive(Subcommand, Debug)]
@@ -58,10 +59,10 @@ impl BenchCommand {
                 let opts = a.into_options();
                 tokio::task::block_in_place(|| crate::train::bench::rollouts(&opts))?
             }
-            BenchCommand::Relevance(a) => crate::bench::relevance(&a.into_options(default_jobs())).await?,
+            BenchCommand::Relevance(a) => crate::bench::relevance(&a.into_options(default_jobs())?).await?,
             BenchCommand::Jobs(a) => crate::bench::jobs(&a.into_options()).await?,
             BenchCommand::Project(a) => {
-                let opts = a.into_options();
+                let opts = a.into_options()?;
                 tokio::task::block_in_place(|| crate::bench::project(&opts))?
             }
             BenchCommand::Backfill(a) => {
@@ -262,26 +263,21 @@ impl RewardBenchArgs {
 #[derive(Args, Debug)]
 pub(crate) struct RelevanceBenchArgs {
     /// A lake with kept, snapshotted PRs (after `swelake run filters`).
-    #[arg(long)]
-    lake: String,
+    #[command(flatten)]
+    lake: LakeArg,
     /// Repository of the lake to rank the PRs of.
     #[arg(long)]
     repo_name: String,
-    /// Where the lake's repositories are ({repo} = owner/name).
-    #[arg(long)]
-    repo_url: String,
-    /// Mirror cache [default: ~/.cache/swelake/mirrors].
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    repo: RepoArgs,
     /// Kept PRs to rank, spread over the repository's history.
     #[arg(long, default_value_t = 30)]
     prs: usize,
     /// Encoder threads (both sides, and Python's) [default: the CPUs].
     #[arg(long)]
     threads: Option<usize>,
-    /// Curation config.
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigArg,
     /// Also rank, on both sides, every leave-one-out case of the repository's merged PRs in
     /// the lake (as eval-relevance does; the kept PRs give a few dozen cases).
     #[arg(long)]
@@ -292,18 +288,18 @@ pub(crate) struct RelevanceBenchArgs {
 }
 
 impl RelevanceBenchArgs {
-    pub(crate) fn into_options(self, default_threads: usize) -> crate::bench::RelevanceBenchOptions {
-        crate::bench::RelevanceBenchOptions {
-            lake: self.lake,
+    pub(crate) fn into_options(self, default_threads: usize) -> Result<crate::bench::RelevanceBenchOptions> {
+        Ok(crate::bench::RelevanceBenchOptions {
+            lake: self.lake.location()?.to_string(),
             repo_name: self.repo_name,
-            repo_url: self.repo_url,
-            cache_dir: self.cache_dir.unwrap_or_else(crate::git::default_cache_dir),
+            repo_url: self.repo.required_url()?,
+            cache_dir: self.repo.cache_dir(),
             prs: self.prs.max(1),
             threads: self.threads.unwrap_or(default_threads).max(1),
-            config: self.config,
+            config: self.config.path().map(Path::to_path_buf),
             every_case: self.every_case,
             work: self.work,
-        }
+        })
     }
 }
 
@@ -359,14 +355,10 @@ impl JobsBenchArgs {
     --events-per-day to your range's.")]
 pub(crate) struct ProjectBenchArgs {
     /// A local lake of a real history after `swelake run filters` (kept, snapshotted PRs).
-    #[arg(long)]
-    lake: PathBuf,
-    /// Where its repositories are ({repo} = owner/name).
-    #[arg(long)]
-    repo_url: String,
-    /// Mirror cache [default: ~/.cache/swelake/mirrors].
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
+    #[command(flatten)]
+    lake: LakeArg,
+    #[command(flatten)]
+    repo: RepoArgs,
     /// Hours of GH Archive to generate for ingest and the SQL jobs.
     #[arg(long, default_value_t = 24)]
     hours: usize,
@@ -397,11 +389,15 @@ pub(crate) struct ProjectBenchArgs {
 }
 
 impl ProjectBenchArgs {
-    pub(crate) fn into_options(self) -> crate::bench::ProjectBenchOptions {
-        crate::bench::ProjectBenchOptions {
-            lake: self.lake,
-            repo_url: self.repo_url,
-            cache_dir: self.cache_dir.unwrap_or_else(crate::git::default_cache_dir),
+    pub(crate) fn into_options(self) -> Result<crate::bench::ProjectBenchOptions> {
+        let lake = self.lake.location()?;
+        if lake.contains("://") && !lake.starts_with("file://") {
+            anyhow::bail!("bench project reads a local lake; {lake} is a store URL");
+        }
+        Ok(crate::bench::ProjectBenchOptions {
+            lake: PathBuf::from(lake.strip_prefix("file://").unwrap_or(lake)),
+            repo_url: self.repo.required_url()?,
+            cache_dir: self.repo.cache_dir(),
             hours: self.hours.max(1),
             copies: self.copies.max(1),
             sources: self.sources,
@@ -413,7 +409,7 @@ impl ProjectBenchArgs {
                 kept_prs: self.kept_prs,
             },
             work: self.work,
-        }
+        })
     }
 }
 

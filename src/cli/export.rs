@@ -1,11 +1,11 @@
 //! `swelake export`: the seed dataset in the layouts of Hugging Face and SWE-bench.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
+use super::args::{ConfigArg, LakeArg, OutputArg};
 use crate::export::{ExportFormat, ExportOptions};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -30,9 +30,8 @@ Examples:
   swelake export --lake lake --format swebench --out exports/seed-swebench
   swelake export --lake s3://bucket/lake --format hf --out s3://bucket/datasets/seed")]
 pub(crate) struct ExportArgs {
-    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
-    #[arg(long)]
-    lake: String,
+    #[command(flatten)]
+    lake: LakeArg,
     /// The layout to write.
     #[arg(long, value_enum)]
     format: FormatArg,
@@ -42,18 +41,16 @@ pub(crate) struct ExportArgs {
     /// Rows per Parquet file of the hf layout.
     #[arg(long, default_value_t = 10_000)]
     rows_per_file: usize,
-    /// Curation config (TOML) whose [completeness] section the card's archive figures follow.
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Print the summary as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    config: ConfigArg,
+    #[command(flatten)]
+    output: OutputArg,
 }
 
 impl ExportArgs {
     pub(crate) async fn run(self, ctx: &super::Ctx) -> Result<ExitCode> {
-        let lake = ctx.open(&self.lake)?;
-        let completeness = crate::jobs::CurationConfig::load(self.config.as_deref())?.completeness;
+        let lake = self.lake.open(ctx)?;
+        let completeness = self.config.load()?.completeness;
         let opts = ExportOptions {
             format: match self.format {
                 FormatArg::Hf => ExportFormat::Hf,
@@ -65,7 +62,7 @@ impl ExportArgs {
             completeness,
         };
         let s = crate::export::run(&lake, &opts).await?;
-        if self.json {
+        if self.output.json {
             println!("{}", serde_json::to_string(&s)?);
         } else {
             let rows: Vec<String> = s.rows.iter().map(|(k, v)| format!("{k} {v}")).collect();

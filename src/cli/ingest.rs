@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 
+use super::args::{LakeArg, OutputArg};
 use super::{default_jobs, parse_duration, Ctx};
 use crate::ingest::source::Hour;
 use crate::ingest::IngestOptions;
@@ -15,18 +16,16 @@ pub(crate) struct IngestArgs {
     /// Hour files: a directory, a file, a glob, or a URL prefix (s3://, gs://, az://, http(s)://).
     #[arg(long)]
     source: String,
-    /// Lake: a directory (created if missing) or s3://bucket/prefix, gs://…, az://…, file://…
-    #[arg(long)]
-    lake: String,
+    #[command(flatten)]
+    lake: LakeArg,
     /// First hour to ingest, YYYY-MM-DD-H (inclusive).
     #[arg(long, value_parser = parse_hour)]
     from: Option<Hour>,
     /// Last hour to ingest, YYYY-MM-DD-H (inclusive).
     #[arg(long, value_parser = parse_hour)]
     to: Option<Hour>,
-    /// Print the summary as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArg,
     /// Re-ingest files that were already ingested.
     #[arg(long)]
     force: bool,
@@ -53,7 +52,7 @@ impl IngestArgs {
                 bail!("--from {} is after --to {}", f.key(), t.key());
             }
         }
-        let lake = ctx.open(&a.lake)?;
+        let lake = a.lake.open(ctx)?;
         crate::memory::keep_freed_memory();
         let opts = IngestOptions {
             source: a.source,
@@ -69,7 +68,7 @@ impl IngestArgs {
             ..Default::default()
         };
         let summary = crate::ingest::run(&lake, &opts).await?;
-        if a.json {
+        if a.output.json {
             println!("{}", serde_json::to_string_pretty(&summary)?);
         } else {
             print!("{}", summary.render_text());

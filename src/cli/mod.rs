@@ -3,6 +3,7 @@
 //! structs and handed to a library function that tests call too; this file holds the global
 //! flags, the list of commands and the dispatcher.
 
+mod args;
 mod ballista;
 mod bench;
 mod demo;
@@ -87,7 +88,13 @@ Examples:
   swelake run snapshots --lake lake --repo-url 'file:///srv/mirrors/{repo}.git' --repos o/a,o/b
   swelake run --all --lake lake --repos-file repos.txt --repo-url 'https://github.com/{repo}.git'
                                                        # PRs from git alone, no archive
-  swelake run --all --lake lake --source data/gharchive --repo-url ... --discover-from-git")]
+  swelake run --all --lake lake --source data/gharchive --repo-url ... --discover-from-git
+
+With --json: one line {\"ok\", \"failed_job\", \"error\", \"jobs\": [{job, outcome, ...}]} (outcome:
+done, up_to_date, skipped, failed, not_run). The exit status is 0 only when every due job
+succeeded; skipped jobs (no --source, nothing due) are not failures.",
+        mut_arg("lake", |a| a.required(false).required_unless_present("list"))
+    )]
     Run(run::RunArgs),
     /// What state a lake is in: per job its watermark, pending partitions and last run; per
     /// table its version, files, bytes, small files, last compaction and checkpoint; leases held.
@@ -178,7 +185,8 @@ On a lake (merged, snapshotted PRs of one repository):
   swelake eval-relevance --lake lake --repo-name owner/name --repo-url '/srv/git/{repo}.git'
 On any git repository's first-parent history (commits as changes, messages as text):
   swelake eval-relevance --git path/to/repo --max-commits 2000
-Prints recall@1/5/10 for BM25 and the hybrid ranker, with and without the changed paths."
+Prints recall@1/5/10 for BM25 and the hybrid ranker, with and without the changed paths.",
+        mut_arg("lake", |a| a.required(false).requires("repo_name").requires("repo_url"))
     )]
     EvalRelevance(relevance::EvalRelevanceArgs),
     /// Train a policy with GRPO on rollouts (Parquet) or online, in Candle.

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 
+use super::args::{ConfigArg, LakeArg, OutputArg, RepoArgs};
 use super::{default_jobs, Ctx};
 
 #[derive(Args, Debug)]
@@ -16,21 +17,17 @@ pub(crate) struct EvalRelevanceArgs {
     /// Commits of --git to read (first-parent, oldest first).
     #[arg(long, default_value_t = 2000)]
     max_commits: usize,
-    /// A lake whose PRs are the evaluation set (with --repo-name and --repo-url).
-    #[arg(long, requires_all = ["repo_name", "repo_url"])]
-    lake: Option<String>,
+    /// A lake whose PRs are the evaluation set (`--lake` with --repo-name and --repo-url).
+    #[command(flatten)]
+    lake: LakeArg,
     /// Repository of the lake to evaluate on.
     #[arg(long)]
     repo_name: Option<String>,
-    /// Where the lake's repositories are ({repo} = owner/name).
-    #[arg(long)]
-    repo_url: Option<String>,
-    /// Mirror cache [default: ~/.cache/swelake/mirrors].
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
-    /// Curation config (ranker weights).
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    repo: RepoArgs,
+    /// The ranker's weights are its [relevance] section.
+    #[command(flatten)]
+    config: ConfigArg,
     /// Without the encoder (no ONNX model needed): BM25 and the hybrid on its first stage alone.
     #[arg(long)]
     bm25_only: bool,
@@ -38,15 +35,14 @@ pub(crate) struct EvalRelevanceArgs {
     /// target, reranked, x) to this file, to fit or inspect rankers outside swelake.
     #[arg(long, value_name = "FILE")]
     features_out: Option<PathBuf>,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArg,
 }
 
 impl EvalRelevanceArgs {
     pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
         let a = self;
-        let config = crate::jobs::CurationConfig::load(a.config.as_deref())?;
+        let config = a.config.load()?;
         // `encoder = false` in the config ranks without the encoder here as in the job.
         let encoder = if a.bm25_only || !config.relevance.encoder {
             None
@@ -61,19 +57,16 @@ impl EvalRelevanceArgs {
         };
         let report = tokio::task::block_in_place(|| -> Result<crate::relevance::EvalReport> {
             let out = dump.as_mut().map(|w| w as &mut dyn std::io::Write);
-            match (&a.git, &a.lake) {
+            match (&a.git, a.lake.given()) {
                 (Some(path), _) => {
                     let repo = git2::Repository::open(path).with_context(|| format!("opening {}", path.display()))?;
                     let changes = crate::relevance::cases_from_repo(&repo, a.max_commits)?;
                     crate::relevance::evaluate(&repo, &changes, &config.relevance, encoder.as_ref(), out)
                 }
-                (None, Some(lake)) => {
-                    let lake = ctx.open(lake)?;
+                (None, true) => {
+                    let lake = a.lake.open(ctx)?;
                     let name = a.repo_name.clone().expect("clap requires --repo-name");
-                    let mirrors = crate::git::Mirrors::new(
-                        a.repo_url.clone().expect("clap requires --repo-url"),
-                        a.cache_dir.clone().unwrap_or_else(crate::git::default_cache_dir),
-                    );
+                    let mirrors = crate::git::Mirrors::new(a.repo.required_url()?, a.repo.cache_dir());
                     let repo = mirrors.open(&name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
                     let changes = tokio::runtime::Handle::current()
                         .block_on(crate::relevance::changes_from_lake(&lake, &name))?;
@@ -82,7 +75,7 @@ impl EvalRelevanceArgs {
                 _ => bail!("give --git PATH or --lake LAKE --repo-name NAME --repo-url TEMPLATE"),
             }
         })?;
-        if a.json {
+        if a.output.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
             print!("{}", report.render());

@@ -1,11 +1,11 @@
 //! `swelake run`: jobs in dependency order, incrementally, locally or on Ballista.
 
-use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Args, ValueEnum};
 
+use super::args::{ConfigArg, JobsArgs, LakeArg, OutputArg, RepoArgs, ScopeArgs};
 use super::{default_jobs, parse_duration, Ctx, EXIT_BUSY};
 use crate::ingest::IngestOptions;
 use crate::lake::Lake;
@@ -27,9 +27,8 @@ pub(crate) struct RunArgs {
     /// List the jobs and exit.
     #[arg(long)]
     list: bool,
-    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
-    #[arg(long, required_unless_present = "list")]
-    lake: Option<String>,
+    #[command(flatten)]
+    lake: LakeArg,
     /// Only input partitions at or after this value (a date for event partitions).
     #[arg(long)]
     since: Option<String>,
@@ -39,52 +38,27 @@ pub(crate) struct RunArgs {
     /// GH Archive source for the ingest job (else ingest is skipped).
     #[arg(long)]
     source: Option<String>,
-    /// Where the git repositories are, for the snapshots job, with {repo} for owner/name:
-    /// file:///mirrors/{repo}.git, /srv/git/{repo}, https://github.com/{repo}.git
-    #[arg(long)]
-    repo_url: Option<String>,
-    /// Snapshot only these repositories (comma-separated owner/name).
-    #[arg(long, value_delimiter = ',')]
-    repos: Vec<String>,
-    /// The lake's repositories, one owner/name per line (# comments): they are mirrored and
-    /// their merged PRs found in git (prs_from_git), with or without GH Archive. Needs
-    /// --repo-url.
-    #[arg(long, value_name = "FILE", requires = "repo_url")]
-    repos_file: Option<PathBuf>,
+    /// The git stages (prs_from_git, snapshots, relevance) run only with --repo-url.
+    #[command(flatten)]
+    repo: RepoArgs,
+    #[command(flatten)]
+    scope: ScopeArgs,
     /// Also find merged PRs in git for a lake fed by GH Archive (merge commits, squash merges,
     /// refs/pull/N/head), which misses most of them since 2025-05. Also `[discovery] from_git`.
     #[arg(long)]
     discover_from_git: bool,
-    /// Directory of the bare git mirrors kept between runs [default: ~/.cache/swelake/mirrors].
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
     /// Blobs larger than this are recorded without their content.
     #[arg(long, default_value_t = 1 << 20)]
     max_blob_bytes: usize,
-    /// Git stages (prs_from_git, snapshots, relevance) on this shard's repositories only:
-    /// I/N with 0 <= I < N. N workers with 0/N … N-1/N cover every repository exactly once
-    /// (by a stable hash of owner/name) and commit to the same tables; blobs that several
-    /// repositories share are stored once. E.g. a Kubernetes indexed Job:
-    /// --shard $JOB_COMPLETION_INDEX/N.
-    #[arg(long, value_name = "I/N")]
-    shard: Option<crate::git::Shard>,
-    /// Curation config (filters, relevance, seed) [default: the built-in config/curation.toml].
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigArg,
     /// Redo work that is already done (snapshots, relevance).
     #[arg(long)]
     force: bool,
-    /// Read job declarations from this directory (overrides the built-in jobs/).
-    #[arg(long)]
-    jobs_dir: Option<PathBuf>,
-    /// Read SQL files from this directory (overrides the built-in sql/).
-    #[arg(long)]
-    sql_dir: Option<PathBuf>,
-    /// Print one JSON line: {"ok", "failed_job", "error", "jobs": [{job, outcome, ...}]}
-    /// (outcome: done, up_to_date, skipped, failed, not_run). The exit status is 0 only when
-    /// every due job succeeded; skipped jobs (no --source, nothing due) are not failures.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    jobs_dirs: JobsArgs,
+    #[command(flatten)]
+    output: OutputArg,
     /// When another run of a job holds some of its inputs, wait up to this long (30s, 10m, 2h)
     /// instead of exiting with status 75.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -101,7 +75,7 @@ pub(crate) struct RunArgs {
 impl RunArgs {
     pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
         let a = self;
-        let registry = crate::jobs::Registry::load(a.jobs_dir.as_deref(), a.sql_dir.as_deref())?;
+        let registry = a.jobs_dirs.registry()?;
         if a.list {
             for j in registry.jobs.values() {
                 let after = if j.depends_on.is_empty() { "nothing".to_string() } else { j.depends_on.join(", ") };
@@ -129,16 +103,11 @@ impl RunArgs {
                 crate::distributed::Engine::Ballista { scheduler: crate::distributed::scheduler_url(s)? }
             }
         };
-        let lake = ctx.open(a.lake.as_deref().expect("clap requires --lake"))?;
+        let lake = a.lake.open(ctx)?;
         let wanted: Vec<String> = if a.all { registry.jobs.keys().cloned().collect() } else { a.jobs.clone() };
-        let curation = crate::jobs::CurationConfig::load(a.config.as_deref())?;
-        let mut repos = a.repos.clone();
-        if let Some(f) = &a.repos_file {
-            repos.extend(read_repos_file(f)?);
-            repos.sort();
-            repos.dedup();
-        }
-        let discover_prs = a.repos_file.is_some() || a.discover_from_git || curation.discovery.from_git;
+        let curation = a.config.load()?;
+        let repos = a.scope.repos()?;
+        let discover_prs = a.scope.has_repos_file() || a.discover_from_git || curation.discovery.from_git;
         let opts = crate::jobs::RunOptions {
             since: a.since,
             until: a.until,
@@ -146,17 +115,17 @@ impl RunArgs {
                 source,
                 storage_options: ctx.given.clone(),
                 lease_wait: a.wait_for_lease,
-                show_progress: !ctx.quiet && !a.json,
+                show_progress: !ctx.quiet && !a.output.json,
                 ..Default::default()
             }),
-            git: a.repo_url.map(|url| crate::jobs::GitOptions {
+            git: a.repo.mirrors().map(|mirrors| crate::jobs::GitOptions {
                 scope: crate::git::Scope {
-                    mirrors: crate::git::Mirrors::new(url, a.cache_dir.unwrap_or_else(crate::git::default_cache_dir)),
-                    repos: (!repos.is_empty()).then_some(repos),
-                    shard: a.shard,
+                    mirrors,
+                    repos,
+                    shard: a.scope.shard(),
                     force: a.force,
                     threads: default_jobs(),
-                    show_progress: !ctx.quiet && !a.json,
+                    show_progress: !ctx.quiet && !a.output.json,
                 },
                 max_blob_bytes: a.max_blob_bytes,
                 discover_prs,
@@ -164,11 +133,11 @@ impl RunArgs {
             all: a.all,
             curation,
             lease_wait: a.wait_for_lease,
-            show_progress: !ctx.quiet && !a.json,
+            show_progress: !ctx.quiet && !a.output.json,
             engine,
         };
         let mut report = crate::jobs::run_report(&lake, &registry, &wanted, &opts).await?;
-        if a.json {
+        if a.output.json {
             println!("{}", run_json(&lake, &report));
         } else {
             for s in &report.jobs {
@@ -177,7 +146,7 @@ impl RunArgs {
         }
         match report.failure.take() {
             None => Ok(ExitCode::SUCCESS),
-            Some(e) if a.json => {
+            Some(e) if a.output.json => {
                 if let Some(busy) = e.downcast_ref::<crate::lake::lease::Busy>() {
                     eprintln!("busy: {}", crate::lake::store::redact(&busy.to_string()));
                     return Ok(ExitCode::from(EXIT_BUSY));
@@ -188,29 +157,6 @@ impl RunArgs {
             Some(e) => Err(e),
         }
     }
-}
-
-/// The repositories of a `--repos-file`: one `owner/name` per line; blank lines and `#`
-/// comments are skipped; anything else is an error that names the line.
-fn read_repos_file(path: &Path) -> Result<Vec<String>> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading --repos-file {}", path.display()))?;
-    let mut out = Vec::new();
-    for (i, line) in text.lines().enumerate() {
-        let l = line.split('#').next().unwrap_or("").trim();
-        if l.is_empty() {
-            continue;
-        }
-        let ok = l.split('/').count() == 2
-            && l.split('/').all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)));
-        if !ok {
-            bail!("{}:{}: {l:?} is not a repository (owner/name)", path.display(), i + 1);
-        }
-        out.push(l.to_string());
-    }
-    if out.is_empty() {
-        bail!("--repos-file {} names no repository", path.display());
-    }
-    Ok(out)
 }
 
 /// One line for a scheduler: what each job did, and the error that ended the run.

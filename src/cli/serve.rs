@@ -1,19 +1,18 @@
 //! `swelake serve`: the web console and the PostgreSQL wire protocol over a lake.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::Args;
 
+use super::args::{ConfigArg, JobsArgs, LakeArg};
 use super::{parse_duration, parse_size, Ctx};
 
 #[derive(Args, Debug)]
 pub(crate) struct ServeArgs {
-    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
-    #[arg(long)]
-    lake: String,
+    #[command(flatten)]
+    lake: LakeArg,
     /// The web console's address. Off loopback it needs --token.
     #[arg(long, default_value = "127.0.0.1:8080")]
     bind: SocketAddr,
@@ -45,19 +44,16 @@ pub(crate) struct ServeArgs {
     /// of the console. Other names are refused (403), so a DNS-rebinding page cannot read it.
     #[arg(long, value_name = "NAME")]
     allow_host: Vec<String>,
-    /// Read job declarations from this directory (overrides the built-in jobs/).
-    #[arg(long)]
-    jobs_dir: Option<PathBuf>,
-    /// The curation config: what makes filters and seed due, and how hours are judged
-    /// ([completeness]).
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    jobs: JobsArgs,
+    #[command(flatten)]
+    config: ConfigArg,
 }
 
 impl ServeArgs {
     pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
         let a = self;
-        let lake = ctx.open(&a.lake)?;
+        let lake = a.lake.open(ctx)?;
         let opts = crate::console::ServeOptions {
             bind: a.bind,
             pg_bind: a.pg_bind,
@@ -70,11 +66,8 @@ impl ServeArgs {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
                 .max(1),
             allow_hosts: a.allow_host,
-            registry: crate::jobs::Registry::load(a.jobs_dir.as_deref(), None)?,
-            run: crate::jobs::RunOptions {
-                curation: crate::jobs::CurationConfig::load(a.config.as_deref())?,
-                ..Default::default()
-            },
+            registry: a.jobs.registry()?,
+            run: crate::jobs::RunOptions { curation: a.config.load()?, ..Default::default() },
         };
         crate::console::serve(lake, opts).await?;
         Ok(ExitCode::SUCCESS)

@@ -6,13 +6,13 @@ use std::process::ExitCode;
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 
+use super::args::LakeArg;
 use super::Ctx;
 
 #[derive(Args, Debug)]
 pub(crate) struct SqlArgs {
-    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
-    #[arg(long)]
-    lake: String,
+    #[command(flatten)]
+    lake: LakeArg,
     /// Output format.
     #[arg(long, value_enum, default_value_t = FormatArg::Table)]
     format: FormatArg,
@@ -28,7 +28,7 @@ pub(crate) struct SqlArgs {
 impl SqlArgs {
     pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
         let a = self;
-        let lake = ctx.open(&a.lake)?;
+        let lake = a.lake.open(ctx)?;
         let Some(query) = a.query else {
             if a.scheduler.is_some() {
                 anyhow::bail!("the shell runs here: give --scheduler with a query");

@@ -3,39 +3,32 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
-use std::path::PathBuf;
 
 use clap::Args;
 
+use super::args::{ConfigArg, JobsArgs, LakeArg, OutputArg};
 use super::{parse_duration, Ctx};
 
 #[derive(Args, Debug)]
 pub(crate) struct StatusArgs {
-    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
-    #[arg(long)]
-    lake: String,
-    /// Print the status as one JSON object.
-    #[arg(long)]
-    json: bool,
-    /// Read job declarations from this directory (overrides the built-in jobs/).
-    #[arg(long)]
-    jobs_dir: Option<PathBuf>,
-    /// The curation config the jobs run with (what makes filters and seed due).
-    #[arg(long)]
-    config: Option<PathBuf>,
+    #[command(flatten)]
+    lake: LakeArg,
+    #[command(flatten)]
+    output: OutputArg,
+    #[command(flatten)]
+    jobs: JobsArgs,
+    #[command(flatten)]
+    config: ConfigArg,
 }
 
 impl StatusArgs {
     pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
         let a = self;
-        let lake = ctx.open(&a.lake)?;
-        let registry = crate::jobs::Registry::load(a.jobs_dir.as_deref(), None)?;
-        let opts = crate::jobs::RunOptions {
-            curation: crate::jobs::CurationConfig::load(a.config.as_deref())?,
-            ..Default::default()
-        };
+        let lake = a.lake.open(ctx)?;
+        let registry = a.jobs.registry()?;
+        let opts = crate::jobs::RunOptions { curation: a.config.load()?, ..Default::default() };
         let status = crate::jobs::status::status(&lake, &registry, &opts).await?;
-        if a.json {
+        if a.output.json {
             println!("{}", serde_json::to_string(&status)?);
         } else {
             print!("{}", status.render());
@@ -46,9 +39,8 @@ impl StatusArgs {
 
 #[derive(Args, Debug)]
 pub(crate) struct MaintainArgs {
-    /// Lake: a directory or s3://bucket/prefix, gs://…, az://…, file://…
-    #[arg(long)]
-    lake: String,
+    #[command(flatten)]
+    lake: LakeArg,
     /// Only this table.
     #[arg(long)]
     table: Option<String>,
@@ -56,22 +48,21 @@ pub(crate) struct MaintainArgs {
     /// Readers of versions younger than it can always finish their scans.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     vacuum_retention: Option<std::time::Duration>,
-    /// Print the summary as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    output: OutputArg,
 }
 
 impl MaintainArgs {
     pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
         let a = self;
-        let lake = ctx.open(&a.lake)?;
+        let lake = a.lake.open(ctx)?;
         let opts = crate::lake::maintain::MaintainOptions {
             table: a.table,
             vacuum_retention: a.vacuum_retention,
             ..Default::default()
         };
         let done = lake.maintain(&opts).await?;
-        if a.json {
+        if a.output.json {
             println!("{}", serde_json::to_string(&done)?);
         } else {
             for m in &done {

@@ -12,6 +12,9 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use datafusion::common::ScalarValue;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -340,31 +343,10 @@ async fn draw_card(
         let p = e?.path();
         if p.extension().is_some_and(|x| x == "png") {
             let name = p.file_name().unwrap_or_default().to_string_lossy().to_string();
-            charts.insert(name, format!("data:image/png;base64,{}", base64(&std::fs::read(&p)?)));
+            charts.insert(name, format!("data:image/png;base64,{}", BASE64.encode(std::fs::read(&p)?)));
         }
     }
     Ok(Some(json!({ "markdown": markdown, "charts": charts })))
-}
-
-fn base64(bytes: &[u8]) -> String {
-    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for c in bytes.chunks(3) {
-        let n = (c[0] as u32) << 16 | (*c.get(1).unwrap_or(&0) as u32) << 8 | *c.get(2).unwrap_or(&0) as u32;
-        for i in 0..4 {
-            if i <= c.len() {
-                s.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                s.push('=');
-            }
-        }
-    }
-    s
-}
-
-/// A string as a SQL literal.
-fn lit(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "''"))
 }
 
 #[derive(Deserialize, Default)]
@@ -378,17 +360,27 @@ struct InstanceFilter {
     offset: Option<usize>,
 }
 
-/// The console's own queries: under the time limit, every row.
-async fn rows_json(s: &Shared, sql: &str) -> Result<(Vec<Value>, Vec<Vec<Value>>)> {
-    let r = s.query(sql, usize::MAX).await?;
+/// The console's own queries: under the time limit, every row; `$1`, `$2`… bound to
+/// `params`, so what a visitor typed is a value, never SQL text.
+async fn rows_json(s: &Shared, sql: &str, params: &[ScalarValue]) -> Result<(Vec<Value>, Vec<Vec<Value>>)> {
+    let r = s.query_with(sql, params.to_vec(), usize::MAX).await?;
     columns_and_rows(&r.schema, &r.batches)
 }
 
 /// Rows as objects keyed by column (for queries whose column names are distinct).
-async fn objects(s: &Shared, sql: &str) -> Result<Vec<serde_json::Map<String, Value>>> {
-    let (cols, rows) = rows_json(s, sql).await?;
+async fn objects(s: &Shared, sql: &str, params: &[ScalarValue]) -> Result<Vec<serde_json::Map<String, Value>>> {
+    let (cols, rows) = rows_json(s, sql, params).await?;
     let names: Vec<String> = cols.iter().map(|c| c["name"].as_str().unwrap_or_default().to_string()).collect();
     Ok(rows.into_iter().map(|r| names.iter().cloned().zip(r).collect()).collect())
+}
+
+/// Rows read into `T` by column name, as `crate::query::rows` reads them elsewhere.
+async fn typed<T: serde::de::DeserializeOwned>(s: &Shared, sql: &str, params: &[ScalarValue]) -> Result<Vec<T>> {
+    objects(s, sql, params)
+        .await?
+        .into_iter()
+        .map(|o| serde_json::from_value(Value::Object(o)).map_err(anyhow::Error::from))
+        .collect()
 }
 
 async fn has_table(s: &Shared, name: &str) -> Result<bool> {
@@ -403,22 +395,28 @@ async fn instances(State(s): State<Arc<Shared>>, Query(f): Query<InstanceFilter>
         if !has_table(&s, "rl_seed").await? {
             return anyhow::Ok(None);
         }
+        // Each filter given is a condition on a parameter: the values stay out of the SQL.
         let mut wh = vec!["TRUE".to_string()];
-        let nonempty = |o: &Option<String>| o.as_deref().filter(|v| !v.is_empty()).map(lit);
+        let mut params: Vec<ScalarValue> = Vec::new();
+        let mut cond = |expr: &str, v: ScalarValue| {
+            params.push(v);
+            wh.push(format!("{expr} ${}", params.len()));
+        };
+        let nonempty = |o: &Option<String>| o.clone().filter(|v| !v.is_empty()).map(|v| ScalarValue::Utf8(Some(v)));
         if let Some(v) = nonempty(&f.repo) {
-            wh.push(format!("repo_name = {v}"));
+            cond("repo_name =", v);
         }
         if let Some(v) = nonempty(&f.language) {
-            wh.push(format!("extra_info['language'] = {v}"));
+            cond("extra_info['language'] =", v);
         }
         if let Some(v) = nonempty(&f.split) {
-            wh.push(format!("split = {v}"));
+            cond("split =", v);
         }
         if let Some(v) = f.min_tokens {
-            wh.push(format!("extra_info['prompt_tokens'] >= {v}"));
+            cond("extra_info['prompt_tokens'] >=", ScalarValue::Int64(Some(v)));
         }
         if let Some(v) = f.max_tokens {
-            wh.push(format!("extra_info['prompt_tokens'] <= {v}"));
+            cond("extra_info['prompt_tokens'] <=", ScalarValue::Int64(Some(v)));
         }
         let wh = wh.join(" AND ");
         let limit = f.limit.unwrap_or(100).min(1000);
@@ -433,18 +431,21 @@ async fn instances(State(s): State<Arc<Shared>>, Query(f): Query<InstanceFilter>
                  LIMIT {limit} OFFSET {}",
                 f.offset.unwrap_or(0)
             ),
+            &params,
         )
         .await?;
-        let total = objects(&s, &format!("SELECT count(*) AS n FROM rl_seed WHERE {wh}")).await?;
+        #[derive(Deserialize)]
+        struct Count {
+            n: i64,
+        }
+        let total = typed::<Count>(&s, &format!("SELECT count(*) AS n FROM rl_seed WHERE {wh}"), &params).await?;
         let facet = |col: &str| format!("SELECT DISTINCT {col} AS v FROM rl_seed WHERE {col} IS NOT NULL ORDER BY v");
         let mut facets = serde_json::Map::new();
         for (k, col) in [("repos", "repo_name"), ("languages", "extra_info['language']"), ("splits", "split")] {
-            let (_, rows) = rows_json(&s, &facet(col)).await?;
+            let (_, rows) = rows_json(&s, &facet(col), &[]).await?;
             facets.insert(k.into(), Value::Array(rows.into_iter().map(|mut r| r.swap_remove(0)).collect()));
         }
-        anyhow::Ok(Some(
-            json!({ "total": total.first().and_then(|t| t.get("n")).cloned(), "instances": list, "facets": facets }),
-        ))
+        anyhow::Ok(Some(json!({ "total": total.first().map(|t| t.n), "instances": list, "facets": facets })))
     };
     match r.await {
         Ok(Some(v)) => Json(v).into_response(),
@@ -459,7 +460,8 @@ async fn one_instance(s: &Shared, id: &str) -> Result<Option<serde_json::Map<Str
     if !has_table(s, "rl_seed").await? {
         return Ok(None);
     }
-    let mut rows = objects(s, &format!("SELECT * FROM rl_seed WHERE instance_id = {} LIMIT 1", lit(id))).await?;
+    let id = ScalarValue::Utf8(Some(id.to_string()));
+    let mut rows = objects(s, "SELECT * FROM rl_seed WHERE instance_id = $1 LIMIT 1", &[id]).await?;
     Ok(rows.pop())
 }
 
@@ -473,10 +475,9 @@ async fn instance(State(s): State<Arc<Shared>>, Path(id): Path<String>) -> Respo
         let relevant = if has_table(&s, "pr_relevant_files").await? {
             objects(
                 &s,
-                &format!(
-                    "SELECT rank, path, score, model FROM pr_relevant_files WHERE repo_name = {} AND pr_number = {pr} ORDER BY rank",
-                    lit(&repo)
-                ),
+                "SELECT rank, path, score, model FROM pr_relevant_files WHERE repo_name = $1 AND pr_number = $2 \
+                 ORDER BY rank",
+                &[ScalarValue::Utf8(Some(repo)), ScalarValue::Int64(Some(pr))],
             )
             .await?
         } else {

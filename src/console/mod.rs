@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use datafusion::common::ScalarValue;
 use datafusion::prelude::SessionContext;
 use tokio::sync::Mutex;
 
@@ -143,9 +144,18 @@ impl Shared {
     /// Runs `sql` (DataFusion's dialect) over the lake as it is now, if it only reads, under
     /// the server's limits and at most `rows` rows.
     pub async fn query(&self, sql: &str, rows: usize) -> Result<Limited, QueryError> {
+        self.query_with(sql, Vec::new(), rows).await
+    }
+
+    /// [`Shared::query`] with its placeholders (`$1`, `$2`…) bound to `params` after planning:
+    /// the console's own queries put what a visitor typed in as values, never as SQL text.
+    pub async fn query_with(&self, sql: &str, params: Vec<ScalarValue>, rows: usize) -> Result<Limited, QueryError> {
         let ctx = self.session().await.map_err(|e| QueryError::Failed(one_line(&format!("{e:#}"))))?;
         let state = ctx.state();
-        let plan = crate::sql::guard::plan(&state, sql).await?;
+        let mut plan = crate::sql::guard::plan(&state, sql).await?;
+        if !params.is_empty() {
+            plan = plan.with_param_values(params).map_err(|e| QueryError::from_datafusion(&e))?;
+        }
         self.limits.run(&state, plan, self.limits.time, rows).await
     }
 }

@@ -379,7 +379,7 @@ async fn write_partition(
         if let Some(local) = &f.local {
             let path =
                 f.rel_path.split('/').filter(|p| !p.is_empty()).fold(root.clone(), |p, part| p.clone().join(part));
-            crate::lake::put_file(store.as_ref(), &path, local)
+            crate::lake::replace::put_file(store.as_ref(), &path, local)
                 .await
                 .with_context(|| format!("uploading {}", f.rel_path))?;
         }

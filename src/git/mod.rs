@@ -94,7 +94,7 @@ impl Scope {
         match (&self.repos, &self.shard) {
             (Some(r), _) => r.clone(),
             (None, Some(s)) => vec![s.lease_key()],
-            (None, None) => vec!["__all__".to_string()],
+            (None, None) => vec![crate::lake::runs::WHOLE.to_string()],
         }
     }
 }

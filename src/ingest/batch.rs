@@ -1,6 +1,10 @@
-//! The builders that turn parsed events and rejections into record batches of `events` and
-//! `events_rejected`, in the column order of their schema files (`schemas/events.toml`,
-//! `schemas/events_rejected.toml`), which are the only definition of the tables' layout.
+//! Record batches of `events` and `events_rejected`, in the layouts of their schema files
+//! (`schemas/events.toml`, `schemas/events_rejected.toml`), the only definition of the tables'
+//! layout. `events` keeps hand-tuned Arrow builders rather than the schema-driven writer
+//! ([`crate::lake::rows`]): it is the hot path of the pipeline (every event of every hour,
+//! ~70,000 events/s a core in `swelake bench ingest`), and the builders fill each column in
+//! place with no serde pass in between; `tests/it/ingest.rs` checks them against the schema
+//! file. Rejected lines, which are few, go through the schema-driven writer.
 
 use std::sync::{Arc, LazyLock};
 
@@ -294,67 +298,48 @@ impl EventsBuilder {
     }
 }
 
-/// Accumulates rejected lines.
-pub struct RejectedBuilder {
-    source_file: StringBuilder,
-    line_number: Int64Builder,
-    reason: StringBuilder,
-    detail: StringBuilder,
-    raw: StringBuilder,
-    raw_bytes: Int64Builder,
-    raw_truncated: BooleanBuilder,
-    ingested_at: TimestampMicrosecondBuilder,
-    rows: usize,
+/// A row of `events_rejected`.
+#[derive(serde::Serialize)]
+struct RejectedLine {
+    source_file: String,
+    line_number: u64,
+    reason: String,
+    detail: String,
+    raw: String,
+    raw_bytes: usize,
+    raw_truncated: bool,
+    ingested_at: i64,
 }
 
-impl Default for RejectedBuilder {
-    fn default() -> Self {
-        RejectedBuilder {
-            source_file: StringBuilder::new(),
-            line_number: Int64Builder::new(),
-            reason: StringBuilder::new(),
-            detail: StringBuilder::new(),
-            raw: StringBuilder::new(),
-            raw_bytes: Int64Builder::new(),
-            raw_truncated: BooleanBuilder::new(),
-            ingested_at: TimestampMicrosecondBuilder::new().with_timezone("UTC"),
-            rows: 0,
-        }
-    }
+/// Accumulates rejected lines, written from their schema file by name (they are few: the
+/// events' own builders are tuned for millions of rows per hour, these need not be).
+#[derive(Default)]
+pub struct RejectedBuilder {
+    rows: Vec<RejectedLine>,
 }
 
 impl RejectedBuilder {
     pub fn is_empty(&self) -> bool {
-        self.rows == 0
+        self.rows.is_empty()
     }
 
     /// `raw` is the kept prefix of the line (lossily decoded if it was not UTF-8);
     /// `raw_bytes` the full length of the line as read.
     pub fn push(&mut self, source_file: &str, line: u64, r: &Rejection, raw: &str, raw_bytes: usize, now_micros: i64) {
-        self.source_file.append_value(source_file);
-        self.line_number.append_value(line as i64);
-        self.reason.append_value(&r.code);
-        self.detail.append_value(&r.detail);
-        self.raw.append_value(raw);
-        self.raw_bytes.append_value(raw_bytes as i64);
-        self.raw_truncated.append_value(raw.len() < raw_bytes);
-        self.ingested_at.append_value(now_micros);
-        self.rows += 1;
+        self.rows.push(RejectedLine {
+            source_file: source_file.to_string(),
+            line_number: line,
+            reason: r.code.clone(),
+            detail: r.detail.clone(),
+            raw: raw.to_string(),
+            raw_bytes,
+            raw_truncated: raw.len() < raw_bytes,
+            ingested_at: now_micros,
+        });
     }
 
-    pub fn finish(&mut self) -> RecordBatch {
-        let arrays: Vec<ArrayRef> = vec![
-            Arc::new(self.source_file.finish()),
-            Arc::new(self.line_number.finish()),
-            Arc::new(self.reason.finish()),
-            Arc::new(self.detail.finish()),
-            Arc::new(self.raw.finish()),
-            Arc::new(self.raw_bytes.finish()),
-            Arc::new(self.raw_truncated.finish()),
-            Arc::new(self.ingested_at.finish()),
-        ];
-        self.rows = 0;
-        RecordBatch::try_new(REJECTED_SCHEMA.clone(), arrays).expect("builders follow schemas/events_rejected.toml")
+    pub fn finish(&mut self) -> anyhow::Result<RecordBatch> {
+        crate::lake::rows::to_batch(EVENTS_REJECTED, &std::mem::take(&mut self.rows))
     }
 }
 

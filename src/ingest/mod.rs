@@ -31,6 +31,7 @@ use serde_json::json;
 use crate::lake::runs::{self, RunRecord};
 use crate::lake::{writer_properties, Lake, StagedFile, TableWriter};
 use crate::progress;
+use crate::stage::{JobSummary, Stage, StageCtx, Unit};
 use batch::{
     ClusteredEvents, RejectedBuilder, EVENTS, EVENTS_REJECTED, EVENTS_SCHEMA, EVENT_DATE, LONG_TEXT_COLUMNS,
     REJECTED_SCHEMA, REPEATED_TEXT_COLUMNS,
@@ -39,10 +40,55 @@ use event::{parse_line, Rejection};
 use reader::{Compression, Line, LineReader};
 use source::{Hour, SourceFile};
 
-/// The tables the stage writes.
-pub const OUTPUTS: [&str; 3] = [EVENTS, EVENTS_REJECTED, completeness::SOURCE_HOURS];
-/// Its unit of work: an hour file.
-pub const PARTITION_KEY: &str = "hour";
+/// The ingest stage: GH Archive hour files into `events`, `events_rejected` and
+/// `source_hours`, an hour file at a time; it needs a source (`--source`, [`IngestOptions`]).
+pub struct Ingest;
+
+#[async_trait::async_trait(?Send)]
+impl Stage for Ingest {
+    fn name(&self) -> &'static str {
+        "ingest"
+    }
+
+    fn description(&self) -> &'static str {
+        "Stream GH Archive hour files into the events table; every unparseable line goes to events_rejected."
+    }
+
+    /// The GH Archive source, not a table.
+    fn inputs(&self) -> &'static [&'static str] {
+        &["gharchive"]
+    }
+
+    fn outputs(&self) -> &'static [&'static str] {
+        &[EVENTS, EVENTS_REJECTED, completeness::SOURCE_HOURS]
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Column("hour")
+    }
+
+    async fn run(&self, lake: &Lake, ctx: &StageCtx<'_>) -> Result<JobSummary> {
+        let Some(opts) = ctx.extras.get::<IngestOptions>() else {
+            return ctx.missing("--source", "the lake's events are used as they are");
+        };
+        let s = run(lake, opts).await?;
+        if !s.ok() {
+            anyhow::bail!("ingest had {} failed file(s); see the summary above", s.files_failed);
+        }
+        Ok(JobSummary::from(s))
+    }
+}
+
+impl From<IngestSummary> for JobSummary {
+    fn from(s: IngestSummary) -> JobSummary {
+        JobSummary {
+            partitions: s.files.iter().filter(|f| !f.skipped).map(|f| f.key.clone()).collect(),
+            rows_out: s.events_written,
+            notes: BTreeMap::from([("rejected_lines".to_string(), s.rejected as i64)]),
+            ..Default::default()
+        }
+    }
+}
 
 /// Settings of one ingest run.
 #[derive(Debug, Clone)]
@@ -487,7 +533,7 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
         events.write(&b)?;
     }
     if !rejected.is_empty() {
-        rejected_writer.write(&rejected.finish())?;
+        rejected_writer.write(&rejected.finish()?)?;
     }
     summary.lines_read = line_no;
     summary.distinct_repos = repos.len() as u64;

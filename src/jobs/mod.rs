@@ -1,7 +1,8 @@
 //! Scheduled, incremental jobs: declared in `jobs/*.toml`, run by `swelake run JOB` (with the
 //! jobs it depends on) or `swelake run --all`, in dependency order.
 //!
-//! A job is a typed [`Step`]: an SQL file ([`sql_job`]) or one of the Rust stages. Each job
+//! A job is a typed [`Step`]: an SQL file ([`sql_job`]) or one of the Rust stages
+//! ([`stages::STAGES`], each a [`Stage`](crate::stage::Stage)). Each job
 //! processes only what is new, and records it in `_job_runs` with a fingerprint of its input
 //! files and of the config section it reads, which is the watermark: rerunning with nothing
 //! new changes nothing, and changing the seed's settings reruns the seed, not the filters.
@@ -12,31 +13,31 @@
 //! - The git stages and ingest keep their own finer watermark (an hour file, a PR) and are
 //!   called every time.
 //!
-//! The job and SQL files are compiled in (so the binary works anywhere) and can be overridden
+//! The SQL job files are compiled in (so the binary works anywhere) and can be overridden
 //! from a directory with `--jobs-dir`/`--sql-dir`. This is the layer that puts the curation
-//! config's sections together ([`CurationConfig`]) and converts every stage's summary into a
-//! [`JobSummary`].
+//! config's sections together ([`CurationConfig`]) and does for every stage what stages share:
+//! leases, skipping, the watermark of a whole-input stage, the run's record.
 
 mod registry;
 pub mod sql_job;
+pub mod stages;
 pub mod status;
-mod summary;
 
-pub use registry::*;
-pub use summary::*;
+pub use crate::stage::{GitOptions, JobSummary};
+pub use registry::{JobSpec, Partitioning, Registry, Step};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::filters::FilterConfig;
-use crate::git::Mirrors;
-use crate::lake::runs::{self, RunRecord};
+use crate::lake::runs::{self, RunRecord, WHOLE};
 use crate::lake::Lake;
 use crate::relevance::RelevanceConfig;
 use crate::seed::SeedConfig;
+use crate::stage::{Extras, Need, StageCtx, Unit};
 
 /// The curation config: the sections of the stages that read one.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -74,33 +75,27 @@ impl CurationConfig {
         })
     }
 
+    /// The sections a job may read (`config = "…"` in a job file, a stage's
+    /// `config_section`). A new section: a field, a name here, and a line in each of the two
+    /// methods below.
+    pub const SECTIONS: &'static [&'static str] = &["filters", "relevance", "seed"];
+
     /// A stable text of one section, for fingerprints.
-    fn section_text(&self, section: Section) -> String {
+    fn section_text(&self, section: &str) -> String {
         let v = match section {
-            Section::Filters => serde_json::to_string(&self.filters),
-            Section::Relevance => serde_json::to_string(&self.relevance),
-            Section::Seed => serde_json::to_string(&self.seed),
+            "filters" => serde_json::to_string(&self.filters),
+            "relevance" => serde_json::to_string(&self.relevance),
+            "seed" => serde_json::to_string(&self.seed),
+            _ => Ok(String::new()),
         };
         v.expect("config sections serialise")
     }
-}
 
-/// How the git stages reach the repositories.
-#[derive(Debug, Clone)]
-pub struct GitOptions {
-    /// The repositories of prs_from_git, snapshots and relevance (its `show_progress` is
-    /// the run's).
-    pub scope: crate::git::Scope,
-    /// Blobs larger than this are recorded without their content.
-    pub max_blob_bytes: usize,
-    /// Find merged PRs in git too (the prs_from_git job): `--discover-from-git`, the
-    /// `[discovery]` config, or always with `--repos-file`.
-    pub discover_prs: bool,
-}
-
-impl GitOptions {
-    pub fn new(mirrors: Mirrors) -> GitOptions {
-        GitOptions { scope: crate::git::Scope::new(mirrors), max_blob_bytes: 1 << 20, discover_prs: false }
+    /// The sections, by type, for the stages to take theirs ([`StageCtx::config`]).
+    fn add_to(&self, extras: &mut Extras) {
+        extras.insert(self.filters.clone());
+        extras.insert(self.relevance.clone());
+        extras.insert(self.seed.clone());
     }
 }
 
@@ -170,7 +165,7 @@ pub async fn run_report(lake: &Lake, registry: &Registry, wanted: &[String], opt
             Err(e) => {
                 let message = crate::lake::store::redact(&format!("{e:#}"));
                 if e.downcast_ref::<crate::lake::lease::Busy>().is_none() {
-                    let mut rec = RunRecord::ok(name, "__run", 0, 0, 0, None, serde_json::json!({"error": message}))
+                    let mut rec = RunRecord::ok(name, runs::RUN, 0, 0, 0, None, serde_json::json!({"error": message}))
                         .timed(started.elapsed().as_secs_f64());
                     rec.status = "failed".to_string();
                     if let Err(re) = runs::record(lake, rec).await {
@@ -197,76 +192,41 @@ async fn run_one(
     explicitly: &BTreeSet<&String>,
     out: &[JobSummary],
 ) -> Result<JobSummary> {
-    let name = job.name.clone();
-    {
-        let needs = |flag: &str, why: &str| -> Result<JobSummary> {
-            if explicitly.contains(&name) {
-                bail!("the {name} job needs {flag} ({why})");
-            }
-            Ok(JobSummary::skipped(&name, format!("no {flag} given ({why})")))
-        };
-        // The git stages' scope, with the run's progress bars.
-        let scope_of = |g: &GitOptions| crate::git::Scope { show_progress: opts.show_progress, ..g.scope.clone() };
-        let summary = match missing_input(lake, registry, job, out).await? {
-            Some(reason) if !matches!(job.step, Step::Sql(_)) => JobSummary::skipped(&name, reason),
-            _ => match &job.step {
-                Step::Sql(step) => {
-                    sql_job::run(lake, registry, job, step, opts).await.with_context(|| format!("job `{name}`"))?
-                }
-                Step::Ingest => match &opts.ingest {
-                    Some(io) => {
-                        let s = crate::ingest::run(lake, io).await?;
-                        if !s.ok() {
-                            bail!("ingest had {} failed file(s); see the summary above", s.files_failed);
-                        }
-                        JobSummary::from(s)
-                    }
-                    None => needs("--source", "the lake's events are used as they are")?,
-                },
-                Step::Snapshots => match &opts.git {
-                    Some(g) => {
-                        let so =
-                            crate::snapshots::SnapshotOptions { scope: scope_of(g), max_blob_bytes: g.max_blob_bytes };
-                        let keys = g.scope.lease_keys();
-                        let work = crate::snapshots::run(lake, &so);
-                        JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
-                    }
-                    None => needs("--repo-url", "where the git repositories are")?,
-                },
-                Step::Relevance => match &opts.git {
-                    Some(g) => {
-                        let ro = crate::relevance::RelevanceOptions {
-                            scope: scope_of(g),
-                            config: opts.curation.relevance.clone(),
-                        };
-                        let keys = g.scope.lease_keys();
-                        let work = crate::relevance::run(lake, &ro);
-                        JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
-                    }
-                    None => needs("--repo-url", "where the git repositories are")?,
-                },
-                Step::PrsFromGit => match &opts.git {
-                    Some(g) if g.discover_prs || explicitly.contains(&name) => {
-                        let o = crate::prs::from_git::GitPrOptions { scope: scope_of(g) };
-                        let keys = g.scope.lease_keys();
-                        let work = crate::prs::from_git::run(lake, &o);
-                        JobSummary::from(lake.with_leases(&name, &keys, opts.lease_wait, work).await?)
-                    }
-                    Some(_) => JobSummary::skipped(
-                        &name,
-                        "finding PRs in git is off for lakes fed by the archive (--discover-from-git or \
-                         [discovery] from_git = true; always on with --repos-file)",
-                    ),
-                    None => needs("--repo-url", "where the git repositories are")?,
-                },
-                Step::Seed => {
-                    let so = crate::seed::SeedOptions { config: opts.curation.seed.clone() };
-                    whole(lake, job, opts, || async { Ok(JobSummary::from(crate::seed::run(lake, &so).await?)) })
-                        .await?
-                }
-            },
-        };
-        Ok(summary)
+    let name = &job.name;
+    let stage = match &job.step {
+        Step::Sql(step) => {
+            return sql_job::run(lake, registry, job, step, opts).await.with_context(|| format!("job `{name}`"))
+        }
+        Step::Stage(stage) => *stage,
+    };
+    if let Some(reason) = missing_input(lake, registry, job, out).await? {
+        return Ok(JobSummary::skipped(name, reason));
+    }
+    let mut extras = Extras::default();
+    opts.curation.add_to(&mut extras);
+    if let Some(io) = &opts.ingest {
+        extras.insert(io.clone());
+    }
+    let ctx = StageCtx {
+        job: name,
+        named: explicitly.contains(name),
+        show_progress: opts.show_progress,
+        git: opts.git.as_ref(),
+        extras: &extras,
+    };
+    let repositories = stage.needs().contains(&Need::Repositories);
+    if repositories && opts.git.is_none() {
+        return ctx.missing("--repo-url", "where the git repositories are");
+    }
+    if let Some(reason) = stage.skip(&ctx) {
+        return Ok(JobSummary::skipped(name, reason));
+    }
+    match (stage.unit(), &opts.git) {
+        (Unit::Whole, _) => whole(lake, job, opts, || stage.run(lake, &ctx)).await,
+        (Unit::Column(_), Some(g)) if repositories => {
+            lake.with_leases(name, &g.scope.lease_keys(), opts.lease_wait, stage.run(lake, &ctx)).await
+        }
+        (Unit::Column(_), _) => stage.run(lake, &ctx).await,
     }
 }
 
@@ -299,7 +259,7 @@ pub async fn inputs_fingerprint(lake: &Lake, inputs: &[String], extra: &str) -> 
     for name in inputs {
         if lake.has_table(name).await? {
             let t = lake.open_table(name).await?;
-            for (_, fp) in sql_job::partition_fingerprints(&t, "__none__")? {
+            for (_, fp) in sql_job::partition_fingerprints(&t, runs::NO_COLUMN)? {
                 h = crate::hash::fnv1a(name.bytes().chain(fp.bytes()), h);
             }
         }
@@ -310,7 +270,7 @@ pub async fn inputs_fingerprint(lake: &Lake, inputs: &[String], extra: &str) -> 
 /// The watermark of a job over its inputs as a whole: the fingerprint of their files and of
 /// the config section the job reads.
 async fn whole_fingerprint(lake: &Lake, job: &JobSpec, opts: &RunOptions) -> Result<String> {
-    let section = job.config.map(|s| opts.curation.section_text(s)).unwrap_or_default();
+    let section = job.config.as_deref().map(|s| opts.curation.section_text(s)).unwrap_or_default();
     inputs_fingerprint(lake, &job.inputs, &section).await
 }
 
@@ -321,15 +281,14 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<JobSummary>>,
 {
-    const ALL: &str = "__all__";
     let fingerprint = whole_fingerprint(lake, job, opts).await?;
     let is_done = |done: &HashMap<String, RunRecord>| {
-        done.get(ALL).and_then(|r| r.detail.get("fingerprint")).and_then(|v| v.as_str()) == Some(fingerprint.as_str())
+        done.get(WHOLE).and_then(|r| r.detail.get("fingerprint")).and_then(|v| v.as_str()) == Some(fingerprint.as_str())
     };
     if is_done(&runs::latest_ok(lake, &job.name).await?) {
         return Ok(JobSummary::named(&job.name));
     }
-    lake.with_leases(&job.name, &[ALL.to_string()], opts.lease_wait, async {
+    lake.with_leases(&job.name, &[WHOLE.to_string()], opts.lease_wait, async {
         if is_done(&runs::latest_ok(lake, &job.name).await?) {
             return Ok(JobSummary::named(&job.name));
         }
@@ -343,18 +302,19 @@ where
     F: FnOnce() -> Fut,
     Fut: std::future::Future<Output = Result<JobSummary>>,
 {
-    const ALL: &str = "__all__";
     let mut s = step().await?;
     let detail = serde_json::json!({"fingerprint": fingerprint, "files": s.files});
     let rejected = s.notes.iter().filter(|(k, _)| k.starts_with("rejected:")).map(|(_, v)| *v as u64).sum();
-    runs::record(lake, RunRecord::ok(&job.name, ALL, 0, s.rows_out, rejected, None, detail)).await?;
-    s.partitions = vec![ALL.to_string()];
+    runs::record(lake, RunRecord::ok(&job.name, WHOLE, 0, s.rows_out, rejected, None, detail)).await?;
+    s.partitions = vec![WHOLE.to_string()];
     Ok(s)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use super::registry::parse_job;
 
     fn job(text: &str) -> Result<JobSpec> {
         parse_job(text, "test.toml")
@@ -363,11 +323,11 @@ mod tests {
     #[test]
     fn built_in_jobs_parse_into_typed_steps() {
         let r = Registry::load(None, None).unwrap();
-        assert!(matches!(r.jobs["ingest"].step, Step::Ingest));
-        assert!(matches!(r.jobs["seed"].step, Step::Seed));
+        assert_eq!(r.jobs["ingest"].step.name(), "ingest");
+        assert_eq!(r.jobs["seed"].step.name(), "seed");
         assert_eq!(r.jobs["seed"].partitioning, Partitioning::Whole);
-        assert_eq!(r.jobs["seed"].config, Some(Section::Seed));
-        assert_eq!(r.jobs["filters"].config, Some(Section::Filters));
+        assert_eq!(r.jobs["seed"].config.as_deref(), Some("seed"));
+        assert_eq!(r.jobs["filters"].config.as_deref(), Some("filters"));
         assert_eq!(r.jobs["pr_timeline"].config, None);
         match &r.jobs["pr_timeline"].step {
             Step::Sql(s) => assert_eq!(s.driving_input, "events"),
@@ -413,10 +373,10 @@ mod tests {
     #[test]
     fn fingerprints_read_only_their_own_config_section() {
         let mut a = CurationConfig::default();
-        let before = (a.section_text(Section::Filters), a.section_text(Section::Seed));
+        let before = (a.section_text("filters"), a.section_text("seed"));
         a.seed.max_prompt_tokens += 1;
-        assert_eq!(a.section_text(Section::Filters), before.0, "a seed setting does not touch the filters");
-        assert_ne!(a.section_text(Section::Seed), before.1);
+        assert_eq!(a.section_text("filters"), before.0, "a seed setting does not touch the filters");
+        assert_ne!(a.section_text("seed"), before.1);
     }
 
     #[test]

@@ -1,32 +1,32 @@
-//! The job declarations (`jobs/*.toml`, compiled in or read from `--jobs-dir`) and their SQL
-//! files: what each job reads, writes and runs, and the order they run in.
+//! The job declarations: the SQL jobs (`jobs/*.toml`, compiled in or read from `--jobs-dir`,
+//! with their SQL files) and the Rust stages of [`super::stages::STAGES`]; what each job reads,
+//! writes and runs, and the order they run in.
 
-use super::*;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 
-/// A section of the curation config that a job reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Section {
-    Filters,
-    Relevance,
-    Seed,
-}
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use super::{sql_job, stages, CurationConfig};
+use crate::stage::{Stage, Unit};
 
 /// What a job does.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub enum Step {
     /// Runs an SQL file over the lake and writes its result.
     Sql(sql_job::SqlStep),
-    /// GH Archive hour files into `events` (needs a source).
-    Ingest,
-    /// File snapshots from git (needs the repositories).
-    Snapshots,
-    /// Relevant-but-unchanged files (needs the repositories).
-    Relevance,
-    /// The seed dataset.
-    Seed,
-    /// Merged PRs read from git (needs the repositories, and discovery on).
-    PrsFromGit,
+    /// One of the Rust stages.
+    Stage(&'static dyn Stage),
+}
+
+impl std::fmt::Debug for Step {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Step::Sql(s) => f.debug_tuple("Sql").field(s).finish(),
+            Step::Stage(s) => f.debug_tuple("Stage").field(&s.name()).finish(),
+        }
+    }
 }
 
 impl Step {
@@ -34,29 +34,8 @@ impl Step {
     pub fn name(&self) -> &'static str {
         match self {
             Step::Sql(_) => "sql",
-            Step::Ingest => "ingest",
-            Step::Snapshots => "snapshots",
-            Step::Relevance => "relevance",
-            Step::Seed => "seed",
-            Step::PrsFromGit => "prs_from_git",
+            Step::Stage(s) => s.name(),
         }
-    }
-
-    /// For the Rust stages: the tables they write, their unit of work and their config section.
-    fn contract(&self) -> Option<(Vec<&'static str>, Partitioning, Option<Section>)> {
-        let col = |c: &str| Partitioning::Column(c.to_string());
-        Some(match self {
-            Step::Sql(_) => return None,
-            Step::Ingest => (crate::ingest::OUTPUTS.to_vec(), col(crate::ingest::PARTITION_KEY), None),
-            Step::Snapshots => (crate::snapshots::OUTPUTS.to_vec(), col(crate::snapshots::PARTITION_KEY), None),
-            Step::Relevance => {
-                (crate::relevance::OUTPUTS.to_vec(), col(crate::relevance::PARTITION_KEY), Some(Section::Relevance))
-            }
-            Step::Seed => (crate::seed::OUTPUTS.to_vec(), Partitioning::Whole, Some(Section::Seed)),
-            Step::PrsFromGit => {
-                (crate::prs::from_git::OUTPUTS.to_vec(), col(crate::prs::from_git::PARTITION_KEY), None)
-            }
-        })
     }
 }
 
@@ -70,6 +49,13 @@ pub enum Partitioning {
 }
 
 impl Partitioning {
+    pub(crate) fn of(unit: Unit) -> Partitioning {
+        match unit {
+            Unit::Column(c) => Partitioning::Column(c.to_string()),
+            Unit::Whole => Partitioning::Whole,
+        }
+    }
+
     fn key(&self) -> &str {
         match self {
             Partitioning::Column(c) => c,
@@ -78,7 +64,7 @@ impl Partitioning {
     }
 }
 
-/// A job declaration (`jobs/NAME.toml`), checked.
+/// A job declaration (`jobs/NAME.toml`, or a stage's own), checked.
 #[derive(Debug, Clone)]
 pub struct JobSpec {
     pub name: String,
@@ -92,8 +78,26 @@ pub struct JobSpec {
     pub outputs: Vec<String>,
     pub partitioning: Partitioning,
     pub depends_on: Vec<String>,
-    /// The config section the job reads (and is fingerprinted by).
-    pub config: Option<Section>,
+    /// The section of the curation config the job reads (and is fingerprinted by).
+    pub config: Option<String>,
+}
+
+impl JobSpec {
+    /// A Rust stage's declaration of itself.
+    pub fn of_stage(stage: &'static dyn Stage) -> JobSpec {
+        let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        JobSpec {
+            name: stage.name().to_string(),
+            description: stage.description().to_string(),
+            step: Step::Stage(stage),
+            inputs: names(stage.inputs()),
+            optional_inputs: names(stage.optional_inputs()),
+            outputs: names(stage.outputs()),
+            partitioning: Partitioning::of(stage.unit()),
+            depends_on: names(stage.depends_on()),
+            config: stage.config_section().map(str::to_string),
+        }
+    }
 }
 
 /// A job file as written.
@@ -121,7 +125,7 @@ pub(crate) struct JobFile {
     #[serde(default)]
     write: Option<sql_job::WriteSpec>,
     #[serde(default)]
-    config: Option<Section>,
+    config: Option<String>,
     #[serde(default)]
     local_settings: BTreeMap<String, String>,
 }
@@ -157,15 +161,20 @@ impl JobFile {
                     local_settings: self.local_settings.clone(),
                 })
             }
-            "ingest" => Step::Ingest,
-            "snapshots" => Step::Snapshots,
-            "relevance" => Step::Relevance,
-            "seed" => Step::Seed,
-            "prs_from_git" => Step::PrsFromGit,
-            other => bail!("unknown step `{other}` (known: sql, ingest, prs_from_git, snapshots, relevance, seed)"),
+            other => match stages::find(other) {
+                Some(stage) => Step::Stage(stage),
+                None => bail!("unknown step `{other}` (known: sql, {})", stages::names().join(", ")),
+            },
         };
         let mut config = self.config;
-        if let Some((outputs, unit, section)) = step.contract() {
+        if let Some(c) = &config {
+            if !CurationConfig::SECTIONS.contains(&c.as_str()) {
+                bail!("no config section `{c}` (known: {})", CurationConfig::SECTIONS.join(", "));
+            }
+        }
+        if let Step::Stage(stage) = &step {
+            let (outputs, unit, section) =
+                (stage.outputs(), Partitioning::of(stage.unit()), stage.config_section().map(str::to_string));
             for (field, given) in [
                 ("sql", self.sql.is_some()),
                 ("driving_input", self.driving_input.is_some()),
@@ -214,17 +223,13 @@ impl JobFile {
     }
 }
 
+/// The SQL jobs' declarations (the Rust stages declare themselves).
 pub(crate) const EMBEDDED_JOBS: &[(&str, &str)] = &[
-    ("ingest", include_str!("../../jobs/ingest.toml")),
     ("pr_timeline", include_str!("../../jobs/pr_timeline.toml")),
     ("issues", include_str!("../../jobs/issues.toml")),
-    ("prs_from_git", include_str!("../../jobs/prs_from_git.toml")),
     ("pull_requests", include_str!("../../jobs/pull_requests.toml")),
     ("pr_issue_links", include_str!("../../jobs/pr_issue_links.toml")),
-    ("snapshots", include_str!("../../jobs/snapshots.toml")),
     ("filters", include_str!("../../jobs/filters.toml")),
-    ("relevance", include_str!("../../jobs/relevance.toml")),
-    ("seed", include_str!("../../jobs/seed.toml")),
 ];
 
 pub(crate) const EMBEDDED_SQL: &[(&str, &str)] = &[
@@ -251,6 +256,9 @@ impl Registry {
     /// The built-in jobs, with files in `jobs_dir`/`sql_dir` (if given) taking precedence.
     pub fn load(jobs_dir: Option<&Path>, sql_dir: Option<&Path>) -> Result<Registry> {
         let mut jobs = BTreeMap::new();
+        for stage in stages::STAGES {
+            jobs.insert(stage.name().to_string(), JobSpec::of_stage(*stage));
+        }
         for (name, text) in EMBEDDED_JOBS {
             let spec = parse_job(text, &format!("jobs/{name}.toml"))?;
             jobs.insert(spec.name.clone(), spec);
@@ -279,6 +287,13 @@ impl Registry {
         let r = Registry { jobs, sql };
         r.validate()?;
         Ok(r)
+    }
+
+    /// These jobs and `stage` (a stage outside the built-in table: an extension's, a test's).
+    pub fn with_stage(mut self, stage: &'static dyn Stage) -> Result<Registry> {
+        self.jobs.insert(stage.name().to_string(), JobSpec::of_stage(stage));
+        self.validate()?;
+        Ok(self)
     }
 
     fn validate(&self) -> Result<()> {

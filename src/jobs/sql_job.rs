@@ -14,9 +14,9 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::{JobSpec, JobSummary, Partitioning, Registry, RunOptions, Section, Step};
+use super::{JobSpec, JobSummary, Partitioning, Registry, RunOptions, Step};
 use crate::distributed::{write_on_cluster, ClusterWrite, Engine};
-use crate::lake::runs::{self, RunRecord};
+use crate::lake::runs::{self, RunRecord, ALSO_DUE, WHOLE};
 use crate::lake::{writer_properties, Codec, Lake, TableWriter};
 
 /// An SQL job: its file, the input whose partitions drive it, and how its result is written.
@@ -156,7 +156,7 @@ pub async fn run(
         // The job reads its inputs as a whole: one "partition", fingerprinted by the files of
         // every input that exists and by the config section it reads.
         (Partitioning::Whole, _) => {
-            BTreeMap::from([("__all__".to_string(), super::whole_fingerprint(lake, job, opts).await?)])
+            BTreeMap::from([(WHOLE.to_string(), super::whole_fingerprint(lake, job, opts).await?)])
         }
         (Partitioning::Column(pk), Some(t)) => partition_fingerprints(t, pk)?,
         (Partitioning::Column(_), None) => BTreeMap::new(),
@@ -186,7 +186,7 @@ pub async fn run(
     }
     // Another run of this job may be on the same partitions: hold them, then look again at
     // what is done (the run this one waited for may have done some).
-    let keys = if todo.is_empty() { vec!["__also_due".to_string()] } else { summary.partitions.clone() };
+    let keys = if todo.is_empty() { vec![ALSO_DUE.to_string()] } else { summary.partitions.clone() };
     lake.with_leases(&job.name, &keys, opts.lease_wait, async {
         let done = runs::latest_ok(lake, &job.name).await?;
         let todo: Vec<(String, String)> = todo
@@ -238,7 +238,7 @@ async fn session(lake: &Lake, job: &JobSpec, opts: &RunOptions) -> Result<Sessio
             }
         }
     }
-    if job.config == Some(Section::Filters) {
+    if job.config.as_deref() == Some("filters") {
         crate::filters::register_sql(&ctx, &opts.curation.filters).await?;
     }
     Ok(ctx)
@@ -291,7 +291,7 @@ async fn run_held(
         },
         WriteMode::Upsert => {
             // The new rows' files are named after the first partition this run processed.
-            let file_key = summary.partitions.first().map_or("__also_due", String::as_str).to_string();
+            let file_key = summary.partitions.first().map_or(ALSO_DUE, String::as_str).to_string();
             upsert(lake, output, result, &target, write, &file_key).await?
         }
         WriteMode::ReplaceKeys => replace_keys(lake, ctx, output, result, &target, write).await?,
@@ -317,9 +317,9 @@ async fn run_held(
     if due_anyway {
         // No input partition changed, but `also_due_when` held: record the run itself so
         // that `job_last_run` moves on.
-        records.push(RunRecord::ok(&job.name, "__also_due", 0, rows, 0, version, json!({"output": output})));
+        records.push(RunRecord::ok(&job.name, ALSO_DUE, 0, rows, 0, version, json!({"output": output})));
         summary.notes.insert("run_because_also_due".into(), 1);
-        summary.partitions.push("__also_due".into());
+        summary.partitions.push(ALSO_DUE.into());
     }
     runs::record_all(lake, &records).await?;
     tracing::debug!(job = %job.name, seconds = started.elapsed().as_secs_f64(), "run recorded");
@@ -434,11 +434,11 @@ async fn overwrite(
     let mut table = lake.ensure_table(output, &schema, &[]).await?;
     let (rows, files) = match engine {
         Engine::Local => {
-            let writer = TableWriter::new(lake, output, "__all__", &schema, None, target.writer_properties())?;
+            let writer = TableWriter::new(lake, output, WHOLE, &schema, None, target.writer_properties())?;
             stream_into(writer, result, target).await?
         }
         Engine::Ballista { .. } => {
-            let spec = ClusterWrite::new(&lake.table_url(output), &schema, None, "__all__", false, &target.repeated)?;
+            let spec = ClusterWrite::new(&lake.table_url(output), &schema, None, WHOLE, false, &target.repeated)?;
             write_on_cluster(result, &spec).await?
         }
     };

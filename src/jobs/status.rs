@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::{sql_job, whole_fingerprint, Partitioning, Registry, RunOptions, Step};
 use crate::lake::lease::Entry;
 use crate::lake::maintain::TableStatus;
-use crate::lake::runs::{self, RunRecord};
+use crate::lake::runs::{self, RunRecord, WHOLE};
 use crate::lake::Lake;
 
 /// The last attempt of a job.
@@ -93,11 +93,11 @@ pub async fn status(lake: &Lake, registry: &Registry, opts: &RunOptions) -> Resu
                     Some(Vec::new())
                 }
             }
-            (Step::Sql(_) | Step::Seed, Partitioning::Whole) => {
+            (_, Partitioning::Whole) => {
                 let fp = whole_fingerprint(lake, job, opts).await?;
-                let is_done = done.get("__all__").and_then(|r| r.detail.get("fingerprint")).and_then(|v| v.as_str())
+                let is_done = done.get(WHOLE).and_then(|r| r.detail.get("fingerprint")).and_then(|v| v.as_str())
                     == Some(fp.as_str());
-                Some(if is_done { Vec::new() } else { vec!["__all__".to_string()] })
+                Some(if is_done { Vec::new() } else { vec![WHOLE.to_string()] })
             }
             _ => None,
         };

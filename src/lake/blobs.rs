@@ -4,11 +4,12 @@
 //! wherever it appears, so writers only ever add blobs the store does not have yet.
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use anyhow::Result;
-use arrow::array::{ArrayRef, BinaryBuilder, BooleanBuilder, Int64Builder, RecordBatch, StringBuilder};
+use arrow::array::RecordBatch;
+use serde::Serialize;
 
+use crate::lake::rows::{hex, to_batch};
 use crate::lake::Lake;
 
 pub const FILE_BLOBS: &str = "file_blobs";
@@ -26,58 +27,46 @@ pub struct BlobRow {
     pub content: Option<Vec<u8>>,
 }
 
-/// The rows as a batch of `file_blobs`.
-pub fn batch(rows: &[BlobRow]) -> RecordBatch {
-    let (mut sha, mut size, mut bin, mut utf8, mut stored, mut text, mut bytes) = (
-        StringBuilder::new(),
-        Int64Builder::new(),
-        BooleanBuilder::new(),
-        BooleanBuilder::new(),
-        BooleanBuilder::new(),
-        StringBuilder::new(),
-        BinaryBuilder::new(),
-    );
-    for r in rows {
-        sha.append_value(&r.sha);
-        size.append_value(r.size as i64);
-        bin.append_value(r.is_binary);
-        stored.append_value(r.content.is_some());
-        match &r.content {
-            Some(c) => match std::str::from_utf8(c) {
-                Ok(s) if !r.is_binary => {
-                    utf8.append_value(true);
-                    text.append_value(s);
-                    bytes.append_null();
-                }
-                Ok(_) => {
-                    utf8.append_value(true);
-                    text.append_null();
-                    bytes.append_value(c);
-                }
-                Err(_) => {
-                    utf8.append_value(false);
-                    text.append_null();
-                    bytes.append_value(c);
-                }
-            },
-            None => {
+/// A row of `file_blobs`.
+#[derive(Serialize)]
+struct StoredBlob<'a> {
+    blob_sha: &'a str,
+    size: i64,
+    is_binary: bool,
+    is_utf8: bool,
+    stored: bool,
+    content: Option<&'a str>,
+    #[serde(serialize_with = "hex")]
+    content_bytes: Option<Vec<u8>>,
+}
+
+/// The rows as a batch of `file_blobs`: UTF-8 text in `content`, anything else (and what git
+/// calls binary) as exact bytes.
+pub fn batch(rows: &[BlobRow]) -> Result<RecordBatch> {
+    let rows: Vec<StoredBlob> = rows
+        .iter()
+        .map(|r| {
+            let (is_utf8, content, content_bytes) = match &r.content {
+                Some(c) => match std::str::from_utf8(c) {
+                    Ok(s) if !r.is_binary => (true, Some(s), None),
+                    Ok(_) => (true, None, Some(c.clone())),
+                    Err(_) => (false, None, Some(c.clone())),
+                },
                 // Not read (over the cap): unknown, reported as not UTF-8.
-                utf8.append_value(false);
-                text.append_null();
-                bytes.append_null();
+                None => (false, None, None),
+            };
+            StoredBlob {
+                blob_sha: &r.sha,
+                size: r.size as i64,
+                is_binary: r.is_binary,
+                is_utf8,
+                stored: r.content.is_some(),
+                content,
+                content_bytes,
             }
-        }
-    }
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(sha.finish()),
-        Arc::new(size.finish()),
-        Arc::new(bin.finish()),
-        Arc::new(utf8.finish()),
-        Arc::new(stored.finish()),
-        Arc::new(text.finish()),
-        Arc::new(bytes.finish()),
-    ];
-    RecordBatch::try_new(crate::schema::builtin(FILE_BLOBS), cols).expect("rows follow schemas/file_blobs.toml")
+        })
+        .collect();
+    to_batch(FILE_BLOBS, &rows)
 }
 
 /// Ids of every blob in the store.
@@ -95,13 +84,13 @@ pub async fn known(lake: &Lake) -> Result<HashSet<String>> {
 pub async fn insert_absent(lake: &Lake, mut rows: Vec<BlobRow>) -> Result<usize> {
     let mut seen = HashSet::new();
     rows.retain(|b| seen.insert(b.sha.clone()));
-    lake.insert_absent(FILE_BLOBS, &batch(&rows), &["blob_sha"], None, LONG_TEXT).await
+    lake.insert_absent(FILE_BLOBS, &batch(&rows)?, &["blob_sha"], None, LONG_TEXT).await
 }
 
 /// Appends blobs the caller believes the store lacks: ids it took from a set that [`known`]
 /// started, so that parallel workers of one process never read the same blob twice. Another
 /// process may have stored some since; the commit-time check drops those.
 pub async fn append_new(lake: &Lake, rows: &[BlobRow]) -> Result<()> {
-    lake.insert_absent(FILE_BLOBS, &batch(rows), &["blob_sha"], None, LONG_TEXT).await?;
+    lake.insert_absent(FILE_BLOBS, &batch(rows)?, &["blob_sha"], None, LONG_TEXT).await?;
     Ok(())
 }

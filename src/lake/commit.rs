@@ -204,11 +204,6 @@ pub(crate) fn backoff(attempt: u32) -> Duration {
 
 pub(crate) const MAX_COMMIT_ATTEMPTS: u32 = MAX_ATTEMPTS;
 
-/// Whether `e` is a commit that another writer's commit made invalid (not a broken table).
-pub(crate) fn is_conflict(e: &DeltaTableError) -> bool {
-    lost_race(e) || matches!(e, DeltaTableError::Transaction { source: TransactionError::CommitConflict(_) })
-}
-
 /// Removes the files `removed` (table-relative paths) and adds `files`, in a commit made over
 /// exactly the version `table` holds: `Ok(None)` when another writer committed first (nothing
 /// of this commit landed; the caller re-reads and decides again), else the new version. For

@@ -368,17 +368,17 @@ mod tests {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
-        let (store, dir_path) = lake.lease_dir("seed", "__all__");
+        let (store, dir_path) = lake.lease_dir("seed", crate::lake::runs::WHOLE);
         let stale = Entry {
             job: "seed".into(),
-            key: "__all__".into(),
+            key: crate::lake::runs::WHOLE.into(),
             holder: format!("{}:{pid}:dead", hostname()),
             acquired_at: now_ms(),
             expires_at: now_ms() + 3_600_000,
             released: false,
         };
         assert!(create(store.as_ref(), &entry_path(&dir_path, 1), &stale).await.unwrap());
-        let held = lake.acquire_leases("seed", &["__all__".to_string()], None).await.unwrap();
+        let held = lake.acquire_leases("seed", &[crate::lake::runs::WHOLE.to_string()], None).await.unwrap();
         held.release().await.unwrap();
     }
 }

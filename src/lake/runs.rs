@@ -5,16 +5,26 @@
 //! appended, so the table is also the history of every run.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use anyhow::Result;
-use arrow::array::{Int64Array, RecordBatch, StringArray, TimestampMicrosecondArray};
-use serde::Deserialize;
+use arrow::array::RecordBatch;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::lake::rows::to_batch;
 use crate::lake::Lake;
 
 pub const JOB_RUNS: &str = "_job_runs";
+
+/// The partition key of a job that works on its inputs as a whole (and the lease key of a
+/// run over every repository): one spelling for the scheduler, `status` and the leases.
+pub const WHOLE: &str = "__all__";
+/// The partition key of a run's failure record.
+pub const RUN: &str = "__run";
+/// The partition key of an SQL job's run made due by its `also_due_when` query.
+pub const ALSO_DUE: &str = "__also_due";
+/// A partition column no table has: every file of a table in one partition.
+pub const NO_COLUMN: &str = "__none__";
 
 /// One attempt of one job on one partition.
 #[derive(Debug, Clone)]
@@ -63,29 +73,41 @@ impl RunRecord {
     }
 }
 
-fn to_batch(records: &[RunRecord]) -> Result<RecordBatch> {
-    let s = |f: &dyn Fn(&RunRecord) -> String| Arc::new(StringArray::from_iter_values(records.iter().map(f)));
-    let t = |f: &dyn Fn(&RunRecord) -> i64| {
-        Arc::new(TimestampMicrosecondArray::from_iter_values(records.iter().map(f)).with_timezone("UTC"))
-    };
-    let i = |f: &dyn Fn(&RunRecord) -> i64| Arc::new(Int64Array::from_iter_values(records.iter().map(f)));
-    Ok(RecordBatch::try_new(
-        crate::schema::arrow(JOB_RUNS)?,
-        vec![
-            s(&|r| r.job.clone()),
-            s(&|r| r.partition_key.clone()),
-            s(&|r| r.status.clone()),
-            t(&|r| r.started_at),
-            t(&|r| r.finished_at),
-            i(&|r| r.rows_in as i64),
-            i(&|r| r.rows_out as i64),
-            i(&|r| r.rows_rejected as i64),
-            Arc::new(Int64Array::from_iter(records.iter().map(|r| r.output_version))),
+/// A row of `_job_runs`.
+#[derive(Serialize)]
+struct JobRun<'a> {
+    job: &'a str,
+    partition_key: &'a str,
+    status: &'a str,
+    started_at: i64,
+    finished_at: i64,
+    rows_in: u64,
+    rows_out: u64,
+    rows_rejected: u64,
+    output_version: Option<i64>,
+    detail: String,
+    swelake_version: &'static str,
+}
+
+fn batch(records: &[RunRecord]) -> Result<RecordBatch> {
+    let rows: Vec<JobRun> = records
+        .iter()
+        .map(|r| JobRun {
+            job: &r.job,
+            partition_key: &r.partition_key,
+            status: &r.status,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            rows_in: r.rows_in,
+            rows_out: r.rows_out,
+            rows_rejected: r.rows_rejected,
+            output_version: r.output_version,
             // Error texts may quote a URL or a store's message: no credential is ever recorded.
-            s(&|r| crate::lake::store::redact(&r.detail.to_string())),
-            s(&|_| env!("CARGO_PKG_VERSION").to_string()),
-        ],
-    )?)
+            detail: crate::lake::store::redact(&r.detail.to_string()),
+            swelake_version: env!("CARGO_PKG_VERSION"),
+        })
+        .collect();
+    to_batch(JOB_RUNS, &rows)
 }
 
 /// Appends run records.
@@ -98,7 +120,7 @@ pub async fn record_all(lake: &Lake, records: &[RunRecord]) -> Result<()> {
         return Ok(());
     }
     let table = lake.ensure_contract_table(JOB_RUNS).await?;
-    lake.append(table, vec![to_batch(records)?]).await?;
+    lake.append(table, vec![batch(records)?]).await?;
     Ok(())
 }
 

@@ -27,10 +27,9 @@ use parquet::arrow::ProjectionMask;
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
-use super::{
-    commit, conform_for_writer, failpoint, row_keys, table_name_of, writer_properties, Codec, Lake, TableWriter,
-    KEY_SEPARATOR,
-};
+use super::append::{row_keys, KEY_SEPARATOR};
+use super::tables::table_name_of;
+use super::{commit, conform_for_writer, failpoint, writer_properties, Codec, Lake, TableWriter};
 
 /// The fewest new rows per file when an upsert writes them in parallel: fewer, larger files
 /// for small upserts (an hourly run's few thousand rows stay one file).

@@ -28,13 +28,87 @@ use serde::{Deserialize, Serialize};
 use crate::git::GitFailure;
 use crate::lake::runs::{self, RunRecord};
 use crate::lake::{writer_properties, Codec, Lake, TableWriter};
+use crate::stage::{JobSummary, Need, Stage, StageCtx, Unit};
 
 pub const PR_GIT_FACTS: &str = "pr_git_facts";
-/// The tables the job writes.
-pub const OUTPUTS: [&str; 1] = [PR_GIT_FACTS];
-/// Its unit of work: a repository.
-pub const PARTITION_KEY: &str = "repo_name";
 const JOB: &str = "prs_from_git";
+
+/// The prs_from_git stage: a repository at a time; a repository whose default branch and PR
+/// refs did not move since its last scan is not read again.
+pub struct PrsFromGit;
+
+#[async_trait::async_trait(?Send)]
+impl Stage for PrsFromGit {
+    fn name(&self) -> &'static str {
+        JOB
+    }
+
+    fn description(&self) -> &'static str {
+        "Merged PRs as git records them (merge commits, squash merges, refs/pull/N/head) for every repository of \
+         the lake, into pr_git_facts; pull_requests fills in what the archive lacks from them. Off for lakes fed \
+         by the archive unless --discover-from-git or [discovery] from_git; always on with --repos-file."
+    }
+
+    /// The lake's repositories: those of pr_timeline (the PRs' repositories), or --repos-file.
+    fn inputs(&self) -> &'static [&'static str] {
+        &["pr_timeline"]
+    }
+
+    fn optional_inputs(&self) -> &'static [&'static str] {
+        &["pr_timeline"]
+    }
+
+    fn outputs(&self) -> &'static [&'static str] {
+        &[PR_GIT_FACTS]
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Column("repo_name")
+    }
+
+    fn depends_on(&self) -> &'static [&'static str] {
+        &["pr_timeline"]
+    }
+
+    fn needs(&self) -> &'static [Need] {
+        &[Need::Repositories]
+    }
+
+    fn skip(&self, ctx: &StageCtx<'_>) -> Option<String> {
+        let on = ctx.git.is_some_and(|g| g.discover_prs) || ctx.named;
+        (!on).then(|| {
+            "finding PRs in git is off for lakes fed by the archive (--discover-from-git or [discovery] \
+             from_git = true; always on with --repos-file)"
+                .to_string()
+        })
+    }
+
+    async fn run(&self, lake: &Lake, ctx: &StageCtx<'_>) -> Result<JobSummary> {
+        Ok(run(lake, &GitPrOptions { scope: ctx.scope()? }).await?.into())
+    }
+}
+
+impl From<GitPrSummary> for JobSummary {
+    fn from(s: GitPrSummary) -> JobSummary {
+        let mut notes = BTreeMap::from([
+            ("repos_unchanged".to_string(), s.repos_unchanged as i64),
+            ("commits_read".to_string(), s.commits as i64),
+            ("prs_found".to_string(), s.prs as i64),
+            ("prs_new_or_changed".to_string(), s.prs_new_or_changed as i64),
+            ("numbers_claimed_twice".to_string(), s.ambiguous as i64),
+        ]);
+        for (k, v) in &s.prs_by_kind {
+            notes.insert(format!("kind:{k}"), *v as i64);
+        }
+        for (k, v) in &s.failures_by_reason {
+            notes.insert(format!("failed:{k}"), *v as i64);
+        }
+        if s.commits > 0 {
+            notes.insert("ms_per_1000_commits".to_string(), (s.scan_seconds * 1e6 / s.commits as f64).round() as i64);
+        }
+        JobSummary { partitions: s.repos_scanned, rows_out: s.prs as u64, notes, ..Default::default() }
+    }
+}
 
 /// How a PR was recognised, in order of precedence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -509,7 +583,7 @@ async fn write_repo(lake: &Lake, repo: &str, scan: &Scan) -> Result<usize> {
     }
     let now = chrono::Utc::now().timestamp_micros();
     let mut changed = 0;
-    let mut lines = String::new();
+    let mut rows = Vec::with_capacity(scan.prs.len());
     for p in &scan.prs {
         let (base, head, merge) = (p.base.to_string(), p.head.to_string(), p.merge_commit.to_string());
         let found_at = match before.get(&p.number) {
@@ -549,18 +623,20 @@ async fn write_repo(lake: &Lake, repo: &str, scan: &Scan) -> Result<usize> {
             "default_branch": scan.default_branch,
             "found_at": found_at,
         });
-        lines.push_str(&row.to_string());
-        lines.push('\n');
+        rows.push(row);
     }
-    let schema = crate::schema::arrow(PR_GIT_FACTS)?;
-    let reader = arrow::json::ReaderBuilder::new(schema.clone()).build(std::io::Cursor::new(lines))?;
+    let batch = crate::lake::rows::to_batch(PR_GIT_FACTS, &rows)?;
     let key = file_key(repo);
     let mut table = lake.ensure_contract_table(PR_GIT_FACTS).await?;
-    let mut w =
-        TableWriter::new(lake, PR_GIT_FACTS, &key, &schema, None, writer_properties(&["body"], &[], Codec::Zstd))?;
-    for b in reader {
-        w.write(&b?)?;
-    }
+    let mut w = TableWriter::new(
+        lake,
+        PR_GIT_FACTS,
+        &key,
+        &batch.schema(),
+        None,
+        writer_properties(&["body"], &[], Codec::Zstd),
+    )?;
+    w.write(&batch)?;
     let files = w.finish()?;
     lake.replace_key(&mut table, &key, files, format!("repo_name = {}", quote(repo)), HashMap::new()).await?;
     Ok(changed)

@@ -1,7 +1,21 @@
 //! The embedding cache and the chunking: which chunks of a file the encoder reads, and
 //! their vectors by blob and chunk, loaded from and saved to `blob_embeddings`.
 
-use super::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Result;
+use arrow::array::RecordBatch;
+use serde::Serialize;
+
+use super::bm25;
+use super::encoder;
+use super::encoder::Encoder;
+use super::rank::Candidate;
+use super::{RelevanceConfig, BLOB_EMBEDDINGS};
+use crate::lake::rows::to_batch;
+use crate::lake::Lake;
 
 /// Embeddings of file chunks by blob and chunk index, loaded from and saved to
 /// `blob_embeddings`: a chunk read for one PR is not embedded again for another.
@@ -176,25 +190,20 @@ impl EmbeddingCache {
         if self.new.is_empty() {
             return Ok(None);
         }
-        let mut sha = Vec::new();
-        let mut chunk = Vec::new();
-        let mut list = ListBuilder::new(Float32Builder::new());
-        for (blob, i, v) in self.new.drain(..) {
-            sha.push(blob);
-            chunk.push(i64::from(i));
-            list.values().append_slice(&v);
-            list.append(true);
+        /// A row of `blob_embeddings`.
+        #[derive(Serialize)]
+        struct Embedding<'a> {
+            blob_sha: &'a str,
+            model: &'a str,
+            chunk: i64,
+            vector: &'a [f32],
         }
-        let n = sha.len();
-        Ok(Some(RecordBatch::try_new(
-            crate::schema::arrow(BLOB_EMBEDDINGS)?,
-            vec![
-                Arc::new(StringArray::from(sha)) as ArrayRef,
-                Arc::new(StringArray::from(vec![model; n])),
-                Arc::new(Int64Array::from(chunk)),
-                Arc::new(list.finish()),
-            ],
-        )?))
+        let new: Vec<_> = self.new.drain(..).collect();
+        let rows: Vec<Embedding> = new
+            .iter()
+            .map(|(blob, chunk, v)| Embedding { blob_sha: blob, model, chunk: i64::from(*chunk), vector: v })
+            .collect();
+        Ok(Some(to_batch(BLOB_EMBEDDINGS, &rows)?))
     }
 }
 

@@ -1,7 +1,23 @@
 //! Leave-one-out evaluation: cases from a lake's merged PRs or any repository's history, each
 //! ranker on the same cases, recall@1/5/10 (`swelake eval-relevance`).
 
-use super::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use arrow::array::{ArrayRef, RecordBatch, StringArray};
+use git2::{Oid, Repository};
+use serde::{Deserialize, Serialize};
+
+use super::cache::EmbeddingCache;
+use super::encoder::Encoder;
+use super::job::RepoContext;
+use super::pipeline::{candidates, rank_change, Change, Embedder, Learner, Ranked};
+use super::rank::{Candidate, Earlier, FactsCache, Model, Ranker, FEATURES};
+use super::Pipeline;
+use super::{RelevanceConfig, EVAL_CHANGES_SQL};
+use crate::git;
+use crate::lake::Lake;
 
 /// Leave-one-out recall@1/5/10 on the PRs of `ctx`: each changed code file that exists at
 /// the base hidden in turn, the PR's other files visible. Returns the hidden file's rank in

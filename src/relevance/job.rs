@@ -1,7 +1,27 @@
 //! The relevance job: the kept PRs to rank per repository, each repository's fit (stored in
 //! `relevance_models` and reused), the ranking, and the rows of `pr_relevant_files`.
 
-use super::*;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use arrow::array::RecordBatch;
+use git2::{Oid, Repository};
+use serde::{Deserialize, Serialize};
+
+use super::cache::{embedding_space, EmbeddingCache};
+use super::encoder::Encoder;
+use super::eval::contents_at;
+use super::pipeline::{candidates, rank_change, Change, Embedder};
+use super::rank::{Earlier, FactsCache, Model, Ranker, FEATURES};
+use super::{changes_from_lake, fit_on_history, Pipeline};
+use super::{
+    RelevanceConfig, RelevanceOptions, BLOB_EMBEDDINGS, FILES_SQL, PRS_SQL, PR_RELEVANT_FILES, RELEVANCE_MODELS,
+};
+use crate::lake::blobs::{self, BlobRow};
+use crate::lake::rows::to_batch;
+use crate::lake::Lake;
 
 /// What a run did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -367,46 +387,44 @@ pub(crate) async fn stored_fits(lake: &Lake) -> Result<HashMap<String, StoredFit
 }
 
 /// Upserts the new choices into `relevance_models`.
+/// A row of `relevance_models`.
+#[derive(Serialize)]
+struct ModelRow<'a> {
+    repo_name: &'a str,
+    fingerprint: &'a str,
+    history_changes: usize,
+    training_cases: usize,
+    second_stage_cases: usize,
+    features: &'static [&'static str],
+    first_stage: &'a [f64],
+    second_stage: &'a [f64],
+    fitted_at: i64,
+    weights: &'a str,
+    reason: &'a str,
+}
+
 pub(crate) async fn store_fits(lake: &Lake, fits: Vec<(String, StoredFit)>) -> Result<()> {
-    use arrow::array::{Float64Builder, StringBuilder, TimestampMicrosecondArray};
     if fits.is_empty() {
         return Ok(());
     }
-    let schema = crate::schema::arrow(RELEVANCE_MODELS)?;
-    let mut features = ListBuilder::new(StringBuilder::new());
-    let mut cheap = ListBuilder::new(Float64Builder::new());
-    let mut full = ListBuilder::new(Float64Builder::new());
-    for (_, f) in &fits {
-        for name in FEATURES {
-            features.values().append_value(name);
-        }
-        features.append(true);
-        cheap.values().append_slice(&f.cheap.weights);
-        cheap.append(true);
-        full.values().append_slice(&f.full.weights);
-        full.append(true);
-    }
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(StringArray::from_iter_values(fits.iter().map(|(r, _)| r.as_str()))),
-        Arc::new(StringArray::from_iter_values(fits.iter().map(|(_, f)| f.fingerprint.as_str()))),
-        Arc::new(Int64Array::from_iter_values(fits.iter().map(|(_, f)| f.history_changes as i64))),
-        Arc::new(Int64Array::from_iter_values(fits.iter().map(|(_, f)| f.cheap.fitted_on as i64))),
-        Arc::new(Int64Array::from_iter_values(fits.iter().map(|(_, f)| f.full.fitted_on as i64))),
-        Arc::new(features.finish()),
-        Arc::new(cheap.finish()),
-        Arc::new(full.finish()),
-        Arc::new(TimestampMicrosecondArray::from_iter_values(fits.iter().map(|(_, f)| f.as_of)).with_timezone("UTC")),
-        Arc::new(StringArray::from_iter_values(fits.iter().map(|(_, f)| f.weights.as_str()))),
-        Arc::new(StringArray::from_iter_values(fits.iter().map(|(_, f)| f.reason.as_str()))),
-    ];
-    // The builders' lists are nullable; the contract's fields may not be: take its types.
-    let columns = columns
+    let rows: Vec<ModelRow> = fits
         .iter()
-        .zip(schema.fields())
-        .map(|(c, f)| Ok(arrow::compute::cast(c, f.data_type())?))
-        .collect::<Result<Vec<_>>>()?;
-    let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    lake.upsert_rows(RELEVANCE_MODELS, &schema, &[batch], &["repo_name".to_string()], None, "fits").await?;
+        .map(|(repo, f)| ModelRow {
+            repo_name: repo,
+            fingerprint: &f.fingerprint,
+            history_changes: f.history_changes,
+            training_cases: f.cheap.fitted_on,
+            second_stage_cases: f.full.fitted_on,
+            features: &FEATURES,
+            first_stage: &f.cheap.weights,
+            second_stage: &f.full.weights,
+            fitted_at: f.as_of,
+            weights: &f.weights,
+            reason: &f.reason,
+        })
+        .collect();
+    let batch = to_batch(RELEVANCE_MODELS, &rows)?;
+    lake.upsert_rows(RELEVANCE_MODELS, &batch.schema(), &[batch], &["repo_name".to_string()], None, "fits").await?;
     Ok(())
 }
 
@@ -517,6 +535,7 @@ pub(crate) fn rank_work(
 }
 
 /// One row of `pr_relevant_files`.
+#[derive(Serialize)]
 pub(crate) struct RelevantFile {
     pub(crate) repo_name: String,
     pub(crate) pr_number: i64,
@@ -528,18 +547,27 @@ pub(crate) struct RelevantFile {
 }
 
 pub(crate) fn relevant_files_batch(rows: &[RelevantFile]) -> Result<RecordBatch> {
-    let strs =
-        |f: &dyn Fn(&RelevantFile) -> &str| -> ArrayRef { Arc::new(StringArray::from_iter_values(rows.iter().map(f))) };
-    Ok(RecordBatch::try_new(
-        crate::schema::arrow(PR_RELEVANT_FILES)?,
-        vec![
-            strs(&|r| &r.repo_name),
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.pr_number))),
-            Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.rank as i64))),
-            strs(&|r| &r.path),
-            strs(&|r| &r.blob_sha),
-            Arc::new(Float64Array::from_iter_values(rows.iter().map(|r| r.score))),
-            strs(&|r| &r.model),
-        ],
-    )?)
+    to_batch(PR_RELEVANT_FILES, rows)
+}
+
+impl From<RelevanceSummary> for crate::stage::JobSummary {
+    fn from(s: RelevanceSummary) -> crate::stage::JobSummary {
+        let mut notes = BTreeMap::from([
+            ("prs_ranked".to_string(), s.prs as i64),
+            ("prs_already_done".to_string(), s.prs_already_done as i64),
+            ("candidates".to_string(), s.candidates as i64),
+            ("chunks_embedded".to_string(), s.embedded_chunks as i64),
+            ("embedding_cache_hit_percent".to_string(), (100.0 * s.embedding_cache_hit_rate).round() as i64),
+            ("training_cases".to_string(), s.training_cases as i64),
+            ("fit_ms".to_string(), (1000.0 * s.fit_seconds).round() as i64),
+            ("fits".to_string(), s.fits as i64),
+            ("fits_reused".to_string(), s.fits_reused as i64),
+            ("rank_ms".to_string(), (1000.0 * s.rank_seconds).round() as i64),
+        ]);
+        for (k, v) in &s.failures {
+            notes.insert(format!("failed:{k}"), *v as i64);
+        }
+        let partitions = if s.prs > 0 { vec![format!("{} PR(s)", s.prs)] } else { Vec::new() };
+        crate::stage::JobSummary { partitions, rows_out: s.rows as u64, notes, ..Default::default() }
+    }
 }

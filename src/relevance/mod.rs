@@ -20,39 +20,78 @@ pub mod imports;
 pub mod learn;
 pub mod rank;
 
-mod cache;
-mod eval;
-mod job;
-mod pipeline;
+pub mod cache;
+pub mod eval;
+pub mod job;
+pub mod pipeline;
 
-pub use cache::*;
-pub use eval::*;
-pub use job::*;
-pub use pipeline::*;
+pub use eval::{
+    cases_from_repo, changes_from_lake, evaluate, fit_on_history, paired_ranks, recall_of, EvalChange, EvalReport,
+    LearnedSummary,
+};
+pub use job::{run, RelevanceSummary};
+pub use pipeline::Pipeline;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::Arc;
-use std::time::Instant;
-
-use anyhow::{Context, Result};
-use arrow::array::{ArrayRef, Float32Builder, Float64Array, Int64Array, ListBuilder, RecordBatch, StringArray};
-use git2::{Oid, Repository};
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
-use crate::git;
-use crate::lake::blobs::{self, BlobRow};
+use crate::lake::blobs;
 use crate::lake::Lake;
-use encoder::Encoder;
-use learn::Example;
-use rank::{Candidate, Earlier, FactsCache, Model, Query, Ranker, EMBEDDING, FEATURES, NF};
+use rank::Ranker;
 
 pub const PR_RELEVANT_FILES: &str = "pr_relevant_files";
 pub const BLOB_EMBEDDINGS: &str = "blob_embeddings";
 pub const RELEVANCE_MODELS: &str = "relevance_models";
-/// The tables the stage writes (and the blob store, for the contents of the files it ranks).
-pub const OUTPUTS: [&str; 4] = [PR_RELEVANT_FILES, BLOB_EMBEDDINGS, blobs::FILE_BLOBS, RELEVANCE_MODELS];
-/// Its unit of work: a PR.
-pub const PARTITION_KEY: &str = "pr";
+/// The relevance stage: a kept PR at a time; it writes the contents of the files it ranks to
+/// the blob store too.
+pub struct Relevance;
+
+#[async_trait::async_trait(?Send)]
+impl crate::stage::Stage for Relevance {
+    fn name(&self) -> &'static str {
+        "relevance"
+    }
+
+    fn description(&self) -> &'static str {
+        "pr_relevant_files: for each kept PR, the top-k files it did not change that are most relevant to it \
+         (hybrid ranker: BM25 + MiniLM best chunk + imports/tests/co-change of the changed paths)."
+    }
+
+    fn inputs(&self) -> &'static [&'static str] {
+        &["pr_quality", "pr_snapshots", "pr_files", "pull_requests", "pr_issue_links", "issues"]
+    }
+
+    /// Issue texts join in when the lake has them.
+    fn optional_inputs(&self) -> &'static [&'static str] {
+        &["pr_issue_links", "issues"]
+    }
+
+    fn outputs(&self) -> &'static [&'static str] {
+        &[PR_RELEVANT_FILES, BLOB_EMBEDDINGS, blobs::FILE_BLOBS, RELEVANCE_MODELS]
+    }
+
+    /// A PR with relevant files is done (`--force` ranks again).
+    fn unit(&self) -> crate::stage::Unit {
+        crate::stage::Unit::Column("pr")
+    }
+
+    fn depends_on(&self) -> &'static [&'static str] {
+        &["filters"]
+    }
+
+    fn config_section(&self) -> Option<&'static str> {
+        Some("relevance")
+    }
+
+    fn needs(&self) -> &'static [crate::stage::Need] {
+        &[crate::stage::Need::Repositories]
+    }
+
+    async fn run(&self, lake: &Lake, ctx: &crate::stage::StageCtx<'_>) -> Result<crate::stage::JobSummary> {
+        let opts = RelevanceOptions { scope: ctx.scope()?, config: ctx.config::<RelevanceConfig>() };
+        Ok(job::run(lake, &opts).await?.into())
+    }
+}
 
 const PRS_SQL: &str = include_str!("../../sql/relevance_prs.sql");
 const FILES_SQL: &str = include_str!("../../sql/relevance_files.sql");
@@ -107,6 +146,7 @@ pub struct RelevanceOptions {
 
 #[cfg(test)]
 mod tests {
+    use super::cache::{chunks, embedding_space, FIRST_CHUNK_CHARS};
     use super::*;
 
     #[test]

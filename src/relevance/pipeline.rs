@@ -2,7 +2,19 @@
 //! candidate and the encoder's re-ranking of its top, and the learner that fits the weights on
 //! leave-one-out cases.
 
-use super::*;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use anyhow::Result;
+use git2::{Oid, Repository};
+
+use super::cache::EmbeddingCache;
+use super::encoder::Encoder;
+use super::learn::Example;
+use super::rank::{Candidate, Earlier, FactsCache, Model, Query, Ranker, EMBEDDING, NF};
+use super::RelevanceConfig;
+use super::{learn, rank};
+use crate::git;
 
 /// Code files of `commit` other than `exclude`, with their contents, as candidates.
 pub fn candidates(

@@ -18,22 +18,87 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use anyhow::{anyhow, Context, Result};
-use arrow::array::{
-    Array, ArrayRef, AsArray, Float64Builder, Int64Builder, ListBuilder, MapBuilder, RecordBatch, StringBuilder,
-    StructBuilder,
-};
-use arrow::datatypes::{DataType, Field, Fields, SchemaRef};
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
+use arrow::datatypes::{DataType, SchemaRef};
 use serde::{Deserialize, Serialize};
 
-use crate::lake::Lake;
+use crate::lake::{rows, Lake};
 use datafusion::prelude::SessionContext;
 
 pub const RL_SEED: &str = "rl_seed";
 pub const SEED_REJECTIONS: &str = "seed_rejections";
 /// The shards' layout (not a table: `schemas/seed_shards.toml`).
 pub const SEED_SHARDS: &str = "seed_shards";
-/// The tables the stage writes (and the shards under `LAKE/shards/seed/`).
-pub const OUTPUTS: [&str; 2] = [RL_SEED, SEED_REJECTIONS];
+/// The seed stage: its inputs as a whole, rebuilt when any of their files or the `[seed]`
+/// section change; it writes the shards under `LAKE/shards/seed/` too.
+pub struct Seed;
+
+#[async_trait::async_trait(?Send)]
+impl crate::stage::Stage for Seed {
+    fn name(&self) -> &'static str {
+        "seed"
+    }
+
+    fn description(&self) -> &'static str {
+        "rl_seed and LAKE/shards/seed/*.parquet: the SWE-RL seed dataset (issue, code files, SEARCH/REPLACE \
+         instructions, oracle), rebuilt when its inputs or the config change."
+    }
+
+    fn inputs(&self) -> &'static [&'static str] {
+        &[
+            "pr_quality",
+            "pull_requests",
+            "pr_snapshots",
+            "pr_files",
+            "file_blobs",
+            "pr_relevant_files",
+            "pr_issue_links",
+            "issues",
+        ]
+    }
+
+    fn optional_inputs(&self) -> &'static [&'static str] {
+        &["file_blobs", "pr_relevant_files", "pr_issue_links", "issues"]
+    }
+
+    fn outputs(&self) -> &'static [&'static str] {
+        &[RL_SEED, SEED_REJECTIONS]
+    }
+
+    fn unit(&self) -> crate::stage::Unit {
+        crate::stage::Unit::Whole
+    }
+
+    fn depends_on(&self) -> &'static [&'static str] {
+        &["relevance"]
+    }
+
+    fn config_section(&self) -> Option<&'static str> {
+        Some("seed")
+    }
+
+    async fn run(&self, lake: &Lake, ctx: &crate::stage::StageCtx<'_>) -> Result<crate::stage::JobSummary> {
+        Ok(run(lake, &SeedOptions { config: ctx.config::<SeedConfig>() }).await?.into())
+    }
+}
+
+impl From<SeedSummary> for crate::stage::JobSummary {
+    fn from(s: SeedSummary) -> crate::stage::JobSummary {
+        let mut notes = BTreeMap::from([
+            ("instances".to_string(), s.instances as i64),
+            ("train".to_string(), s.train as i64),
+            ("test".to_string(), s.test as i64),
+            ("excluded_by_split".to_string(), s.excluded as i64),
+            ("shards".to_string(), s.shards.len() as i64),
+            ("relevant_files_dropped_for_budget".to_string(), s.relevant_files_dropped_for_budget as i64),
+            ("mean_prompt_tokens".to_string(), s.mean_prompt_tokens.round() as i64),
+        ]);
+        for (k, v) in &s.rejected {
+            notes.insert(format!("rejected:{k}"), *v as i64);
+        }
+        crate::stage::JobSummary { rows_out: s.instances as u64, notes, files: s.shards, ..Default::default() }
+    }
+}
 pub const DATA_SOURCE: &str = "swelake/swe-rl-seed";
 
 const PRS_SQL: &str = include_str!("../../sql/seed_prs.sql");
@@ -210,7 +275,7 @@ struct Relevant {
 }
 
 /// A kept PR that could not become an instance (a row of `seed_rejections`).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Rejection {
     pub repo_name: String,
     pub pr_number: i64,
@@ -484,94 +549,95 @@ pub fn seed_schema() -> SchemaRef {
     crate::schema::builtin(RL_SEED)
 }
 
-/// The fields of a struct column of `rl_seed` (a struct inside a list for `prompt`).
-fn struct_fields(column: &str) -> Fields {
-    let schema = seed_schema();
-    let mut t = schema.field_with_name(column).expect("a column of rl_seed").data_type().clone();
-    if let DataType::List(item) = t {
-        t = item.data_type().clone();
-    }
-    match t {
-        DataType::Struct(f) => f,
-        other => unreachable!("rl_seed.{column} is {other}, not a struct"),
-    }
+/// A row of `rl_seed`: verl's columns (`data_source`, `prompt`, `ability`, `reward_model`,
+/// `extra_info`) beside the instance's own.
+#[derive(Serialize)]
+struct SeedRow<'a> {
+    instance_id: &'a str,
+    repo_name: &'a str,
+    split: &'a str,
+    problem_statement: &'a str,
+    context: &'a BTreeMap<String, String>,
+    oracle: &'a BTreeMap<String, String>,
+    oracle_patch: &'a str,
+    data_source: &'static str,
+    prompt: [Message<'a>; 2],
+    ability: &'static str,
+    reward_model: RewardModel,
+    extra_info: ExtraInfo<'a>,
+    problem_source: &'a str,
+    prompt_context: &'a BTreeMap<String, String>,
+}
+
+#[derive(Serialize)]
+struct Message<'a> {
+    role: &'static str,
+    content: &'a str,
+}
+
+#[derive(Serialize)]
+struct RewardModel {
+    style: &'static str,
+    ground_truth: String,
+}
+
+#[derive(Serialize)]
+struct ExtraInfo<'a> {
+    repo_name: &'a str,
+    pr_number: i64,
+    split: &'a str,
+    base_sha: &'a str,
+    merge_base: &'a str,
+    head_sha: &'a str,
+    merged_at: &'a str,
+    language: &'a str,
+    changed_files: &'a [String],
+    relevant_files: &'a [String],
+    issue_numbers: &'a [i64],
+    prompt_tokens: usize,
+    oracle_reward: f64,
 }
 
 /// The instances as one record batch of [`seed_schema`].
 pub fn to_batch(instances: &[Instance]) -> Result<RecordBatch> {
-    let s = |f: &dyn Fn(&Instance) -> String| -> ArrayRef {
-        Arc::new(arrow::array::StringArray::from_iter_values(instances.iter().map(f)))
-    };
-    let map = |f: &dyn Fn(&Instance) -> &BTreeMap<String, String>| -> Result<ArrayRef> {
-        let mut b = MapBuilder::new(None, StringBuilder::new(), StringBuilder::new());
-        for i in instances {
-            for (k, v) in f(i) {
-                b.keys().append_value(k);
-                b.values().append_value(v);
-            }
-            b.append(true)?;
-        }
-        Ok(Arc::new(b.finish()))
-    };
-    let mut prompt = ListBuilder::new(StructBuilder::from_fields(struct_fields("prompt"), instances.len()))
-        .with_field(Arc::new(Field::new("item", DataType::Struct(struct_fields("prompt")), true)));
-    for i in instances {
-        for (role, content) in [("system", &i.system), ("user", &i.user)] {
-            let m = prompt.values();
-            m.field_builder::<StringBuilder>(0).expect("role").append_value(role);
-            m.field_builder::<StringBuilder>(1).expect("content").append_value(content);
-            m.append(true);
-        }
-        prompt.append(true);
-    }
-    let mut rm = StructBuilder::from_fields(struct_fields("reward_model"), instances.len());
-    for i in instances {
-        rm.field_builder::<StringBuilder>(0).expect("style").append_value("rule");
-        let gt = serde_json::json!({"kind": "search_replace", "context": i.context, "oracle": i.oracle});
-        rm.field_builder::<StringBuilder>(1).expect("ground_truth").append_value(gt.to_string());
-        rm.append(true);
-    }
-    let mut extra = StructBuilder::from_fields(struct_fields("extra_info"), instances.len());
-    for i in instances {
-        let strs = [&i.repo_name, &i.split, &i.base_sha, &i.merge_base, &i.head_sha, &i.merged_at, &i.language];
-        let idx = [0usize, 2, 3, 4, 5, 6, 7];
-        for (k, v) in idx.iter().zip(strs) {
-            extra.field_builder::<StringBuilder>(*k).expect("string field").append_value(v);
-        }
-        extra.field_builder::<Int64Builder>(1).expect("pr_number").append_value(i.pr_number);
-        for (k, list) in [(8usize, &i.changed_files), (9, &i.relevant_files)] {
-            let lb = extra.field_builder::<ListBuilder<Box<dyn arrow::array::ArrayBuilder>>>(k).expect("list field");
-            for v in list {
-                lb.values().as_any_mut().downcast_mut::<StringBuilder>().expect("string items").append_value(v);
-            }
-            lb.append(true);
-        }
-        let lb = extra.field_builder::<ListBuilder<Box<dyn arrow::array::ArrayBuilder>>>(10).expect("issue_numbers");
-        for v in &i.issue_numbers {
-            lb.values().as_any_mut().downcast_mut::<Int64Builder>().expect("int items").append_value(*v);
-        }
-        lb.append(true);
-        extra.field_builder::<Int64Builder>(11).expect("prompt_tokens").append_value(i.prompt_tokens as i64);
-        extra.field_builder::<Float64Builder>(12).expect("oracle_reward").append_value(i.oracle_reward);
-        extra.append(true);
-    }
-    let cols: Vec<ArrayRef> = vec![
-        s(&|i| i.instance_id.clone()),
-        s(&|i| i.repo_name.clone()),
-        s(&|i| i.split.clone()),
-        s(&|i| i.problem_statement.clone()),
-        map(&|i| &i.context)?,
-        map(&|i| &i.oracle)?,
-        s(&|i| i.oracle_patch.clone()),
-        s(&|_| DATA_SOURCE.to_string()),
-        Arc::new(prompt.finish()),
-        s(&|_| "software_engineering".to_string()),
-        Arc::new(rm.finish()),
-        Arc::new(extra.finish()),
-        s(&|i| i.problem_source.clone()),
-        map(&|i| &i.prompt_context)?,
-    ];
-    Ok(RecordBatch::try_new(seed_schema(), cols)?)
+    let rows: Vec<SeedRow> = instances
+        .iter()
+        .map(|i| SeedRow {
+            instance_id: &i.instance_id,
+            repo_name: &i.repo_name,
+            split: &i.split,
+            problem_statement: &i.problem_statement,
+            context: &i.context,
+            oracle: &i.oracle,
+            oracle_patch: &i.oracle_patch,
+            data_source: DATA_SOURCE,
+            prompt: [Message { role: "system", content: &i.system }, Message { role: "user", content: &i.user }],
+            ability: "software_engineering",
+            reward_model: RewardModel {
+                style: "rule",
+                ground_truth: serde_json::json!({"kind": "search_replace", "context": i.context, "oracle": i.oracle})
+                    .to_string(),
+            },
+            extra_info: ExtraInfo {
+                repo_name: &i.repo_name,
+                pr_number: i.pr_number,
+                split: &i.split,
+                base_sha: &i.base_sha,
+                merge_base: &i.merge_base,
+                head_sha: &i.head_sha,
+                merged_at: &i.merged_at,
+                language: &i.language,
+                changed_files: &i.changed_files,
+                relevant_files: &i.relevant_files,
+                issue_numbers: &i.issue_numbers,
+                prompt_tokens: i.prompt_tokens,
+                oracle_reward: i.oracle_reward,
+            },
+            problem_source: &i.problem_source,
+            prompt_context: &i.prompt_context,
+        })
+        .collect();
+    rows::to_batch(RL_SEED, &rows)
 }
 
 /// The columns of the seed shards (`schemas/seed_shards.toml`): `rl_seed`'s, with lists of
@@ -696,18 +762,7 @@ pub async fn run(lake: &Lake, opts: &SeedOptions) -> Result<SeedSummary> {
     summary.shards = write_shards(lake, &shard_batch(&batch)?, cfg.rows_per_shard).await?;
     crate::lake::failpoint("shards.after");
 
-    let strs = |f: &dyn Fn(&Rejection) -> &str| -> ArrayRef {
-        Arc::new(arrow::array::StringArray::from_iter_values(rejected.iter().map(f)))
-    };
-    let rej = RecordBatch::try_new(
-        crate::schema::arrow(SEED_REJECTIONS)?,
-        vec![
-            strs(&|r| &r.repo_name),
-            Arc::new(arrow::array::Int64Array::from_iter_values(rejected.iter().map(|r| r.pr_number))),
-            strs(&|r| &r.reason),
-            strs(&|r| &r.detail),
-        ],
-    )?;
+    let rej = rows::to_batch(SEED_REJECTIONS, &rejected)?;
     let t = lake.ensure_contract_table(SEED_REJECTIONS).await?;
     crate::lake::failpoint("commit.before:seed_rejections");
     t.write(vec![rej])

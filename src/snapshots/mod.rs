@@ -24,16 +24,72 @@ use crate::git::{self, GitFailure, Mirrors};
 use crate::lake::blobs::{self, BlobRow};
 use crate::lake::runs::{self, RunRecord};
 use crate::lake::Lake;
+use crate::stage::{JobSummary, Need, Stage, StageCtx, Unit};
 use tables::{CommitRow, FileRow, SnapshotRow};
 
 pub const PR_FILES: &str = "pr_files";
 pub const PR_COMMITS: &str = "pr_commits";
 pub const PR_SNAPSHOTS: &str = "pr_snapshots";
 pub const SNAPSHOT_ERRORS: &str = "snapshot_errors";
-/// The tables the stage writes (with the blob store's `file_blobs`).
-pub const OUTPUTS: [&str; 5] = [PR_FILES, blobs::FILE_BLOBS, PR_COMMITS, PR_SNAPSHOTS, SNAPSHOT_ERRORS];
-/// Its unit of work: a repository.
-pub const PARTITION_KEY: &str = "repo_name";
+/// The snapshots stage: a repository at a time, with the blob store's `file_blobs`.
+pub struct Snapshots;
+
+#[async_trait::async_trait(?Send)]
+impl Stage for Snapshots {
+    fn name(&self) -> &'static str {
+        "snapshots"
+    }
+
+    fn description(&self) -> &'static str {
+        "Files changed by every merged PR, with contents at the merge base and head, patches and commits, read from git."
+    }
+
+    fn inputs(&self) -> &'static [&'static str] {
+        &["pull_requests"]
+    }
+
+    fn outputs(&self) -> &'static [&'static str] {
+        &[PR_FILES, blobs::FILE_BLOBS, PR_COMMITS, PR_SNAPSHOTS, SNAPSHOT_ERRORS]
+    }
+
+    /// pr_snapshots holds the state of every PR (ok or error), so a rerun does exactly the
+    /// PRs that are not ok yet.
+    fn unit(&self) -> Unit {
+        Unit::Column("repo_name")
+    }
+
+    fn depends_on(&self) -> &'static [&'static str] {
+        &["pull_requests"]
+    }
+
+    fn needs(&self) -> &'static [Need] {
+        &[Need::Repositories]
+    }
+
+    async fn run(&self, lake: &Lake, ctx: &StageCtx<'_>) -> Result<JobSummary> {
+        let max_blob_bytes = ctx.git.map_or(1 << 20, |g| g.max_blob_bytes);
+        let opts = SnapshotOptions { scope: ctx.scope()?, max_blob_bytes };
+        Ok(JobSummary::from(run(lake, &opts).await?))
+    }
+}
+
+impl From<SnapshotSummary> for JobSummary {
+    fn from(s: SnapshotSummary) -> JobSummary {
+        let mut notes = BTreeMap::from([
+            ("prs_snapshotted".to_string(), s.prs_snapshotted as i64),
+            ("prs_already_done".to_string(), s.prs_already_done as i64),
+            ("prs_failed".to_string(), s.prs_failed as i64),
+            ("files".to_string(), s.files as i64),
+            ("new_blobs".to_string(), s.new_blobs as i64),
+        ]);
+        for (reason, n) in &s.failures_by_reason {
+            notes.insert(format!("failed:{reason}"), *n as i64);
+        }
+        let mut partitions = s.repos_processed.clone();
+        partitions.sort();
+        JobSummary { partitions, rows_out: s.files as u64, notes, ..Default::default() }
+    }
+}
 
 /// Settings of a snapshot run.
 #[derive(Debug, Clone)]
@@ -330,14 +386,13 @@ async fn write_repo(lake: &Lake, r: &RepoResult, s: &mut SnapshotSummary) -> Res
     }
     // The worker took these blobs from the shared set of known ones: they are new to the store.
     blobs::append_new(lake, &r.blobs).await?;
-    lake.append_staged(PR_FILES, &tables::files_batch(&r.files), &["patch", "patch_bytes"]).await?;
-    lake.append_staged(PR_COMMITS, &tables::commits_batch(&r.commits), &["message", "sha"]).await?;
-    lake.append_staged(SNAPSHOT_ERRORS, &tables::errors_batch(&r.snapshots, now), &["message"]).await?;
-    let snaps = tables::snapshots_batch(&r.snapshots, now);
+    lake.append_staged(PR_FILES, &tables::files_batch(&r.files)?, &["patch", "patch_bytes"]).await?;
+    lake.append_staged(PR_COMMITS, &tables::commits_batch(&r.commits)?, &["message", "sha"]).await?;
+    lake.append_staged(SNAPSHOT_ERRORS, &tables::errors_batch(&r.snapshots, now)?, &["message"]).await?;
+    let snaps = tables::snapshots_batch(&r.snapshots, now)?;
     if snaps.num_rows() > 0 {
-        let ctx = datafusion::prelude::SessionContext::new();
-        let df = ctx.read_batch(snaps.clone())?;
-        lake.upsert(PR_SNAPSHOTS, df, &snaps.schema(), &["repo_name".into(), "pr_number".into()], None).await?;
+        let keys = ["repo_name".to_string(), "pr_number".to_string()];
+        lake.upsert_rows(PR_SNAPSHOTS, &snaps.schema(), &[snaps], &keys, None, &repo_key(&r.repo)).await?;
     }
 
     let failed: Vec<&SnapshotRow> = r.snapshots.iter().filter(|x| x.failure.is_some()).collect();

@@ -1,15 +1,13 @@
 //! Rows of the snapshot tables and their record batches: `pr_files`, `pr_commits`,
-//! `pr_snapshots` and `snapshot_errors`, in the layouts of their schema files (`file_blobs`
-//! belongs to the lake's blob store).
+//! `pr_snapshots` and `snapshot_errors`, written from their schema files by column name
+//! ([`to_batch`]); `file_blobs` belongs to the lake's blob store.
 
-use std::sync::Arc;
-
-use arrow::array::{
-    ArrayRef, BinaryBuilder, BooleanBuilder, Int64Builder, RecordBatch, StringBuilder, TimestampMicrosecondBuilder,
-};
+use anyhow::Result;
+use arrow::array::RecordBatch;
+use serde::Serialize;
 
 use super::{PR_COMMITS, PR_FILES, PR_SNAPSHOTS, SNAPSHOT_ERRORS};
-use crate::schema;
+use crate::lake::rows::{hex, to_batch};
 
 /// Text as UTF-8 if it is, else a lossy rendering plus the exact bytes.
 fn text_and_bytes(bytes: &[u8]) -> (String, Option<Vec<u8>>) {
@@ -38,68 +36,64 @@ pub struct FileRow {
     pub head_sha: String,
 }
 
-pub fn files_batch(rows: &[FileRow]) -> RecordBatch {
-    let (mut repo, mut num, mut path, mut old, mut pbytes) =
-        (StringBuilder::new(), Int64Builder::new(), StringBuilder::new(), StringBuilder::new(), BinaryBuilder::new());
-    let (mut status, mut ob, mut nb, mut om, mut nm) =
-        (StringBuilder::new(), StringBuilder::new(), StringBuilder::new(), Int64Builder::new(), Int64Builder::new());
-    let (mut add, mut del, mut bin, mut lang, mut patch, mut patch_bytes, mut mb, mut head) = (
-        Int64Builder::new(),
-        Int64Builder::new(),
-        BooleanBuilder::new(),
-        StringBuilder::new(),
-        StringBuilder::new(),
-        BinaryBuilder::new(),
-        StringBuilder::new(),
-        StringBuilder::new(),
-    );
-    for r in rows {
-        repo.append_value(&r.repo_name);
-        num.append_value(r.pr_number);
-        let (p, raw) = text_and_bytes(&r.path);
-        path.append_value(&p);
-        pbytes.append_option(raw);
-        old.append_option(r.old_path.as_ref().map(|o| String::from_utf8_lossy(o).into_owned()));
-        status.append_value(r.status.to_string());
-        ob.append_option(r.old_blob.as_deref());
-        nb.append_option(r.new_blob.as_deref());
-        om.append_value(r.old_mode as i64);
-        nm.append_value(r.new_mode as i64);
-        add.append_value(r.additions as i64);
-        del.append_value(r.deletions as i64);
-        bin.append_value(r.is_binary);
-        // A symlink or a submodule pointer is no code, whatever its name says; the mode after
-        // the change decides (before it, for a deletion).
-        let mode = if r.status == 'D' { r.old_mode } else { r.new_mode };
-        let regular = crate::git::renames::is_regular(mode);
-        lang.append_option(if regular { crate::lang::language(&p) } else { None });
-        let (t, raw) = text_and_bytes(&r.patch);
-        patch.append_value(t);
-        patch_bytes.append_option(raw);
-        mb.append_value(&r.merge_base);
-        head.append_value(&r.head_sha);
-    }
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(repo.finish()),
-        Arc::new(num.finish()),
-        Arc::new(path.finish()),
-        Arc::new(old.finish()),
-        Arc::new(pbytes.finish()),
-        Arc::new(status.finish()),
-        Arc::new(ob.finish()),
-        Arc::new(nb.finish()),
-        Arc::new(om.finish()),
-        Arc::new(nm.finish()),
-        Arc::new(add.finish()),
-        Arc::new(del.finish()),
-        Arc::new(bin.finish()),
-        Arc::new(lang.finish()),
-        Arc::new(patch.finish()),
-        Arc::new(patch_bytes.finish()),
-        Arc::new(mb.finish()),
-        Arc::new(head.finish()),
-    ];
-    RecordBatch::try_new(schema::builtin(PR_FILES), cols).expect("rows follow the schema file of PR_FILES")
+/// A row of `pr_files`.
+#[derive(Serialize)]
+struct PrFile<'a> {
+    repo_name: &'a str,
+    pr_number: i64,
+    path: String,
+    old_path: Option<String>,
+    #[serde(serialize_with = "hex")]
+    path_bytes: Option<Vec<u8>>,
+    status: String,
+    old_blob: Option<&'a str>,
+    new_blob: Option<&'a str>,
+    old_mode: i64,
+    new_mode: i64,
+    additions: i64,
+    deletions: i64,
+    is_binary: bool,
+    language: Option<&'static str>,
+    patch: String,
+    #[serde(serialize_with = "hex")]
+    patch_bytes: Option<Vec<u8>>,
+    merge_base: &'a str,
+    head_sha: &'a str,
+}
+
+pub fn files_batch(rows: &[FileRow]) -> Result<RecordBatch> {
+    let rows: Vec<PrFile> = rows
+        .iter()
+        .map(|r| {
+            let (path, path_bytes) = text_and_bytes(&r.path);
+            let (patch, patch_bytes) = text_and_bytes(&r.patch);
+            // A symlink or a submodule pointer is no code, whatever its name says; the mode
+            // after the change decides (before it, for a deletion).
+            let mode = if r.status == 'D' { r.old_mode } else { r.new_mode };
+            let regular = crate::git::renames::is_regular(mode);
+            PrFile {
+                repo_name: &r.repo_name,
+                pr_number: r.pr_number,
+                language: if regular { crate::lang::language(&path) } else { None },
+                path,
+                old_path: r.old_path.as_ref().map(|o| String::from_utf8_lossy(o).into_owned()),
+                path_bytes,
+                status: r.status.to_string(),
+                old_blob: r.old_blob.as_deref(),
+                new_blob: r.new_blob.as_deref(),
+                old_mode: r.old_mode as i64,
+                new_mode: r.new_mode as i64,
+                additions: r.additions as i64,
+                deletions: r.deletions as i64,
+                is_binary: r.is_binary,
+                patch,
+                patch_bytes,
+                merge_base: &r.merge_base,
+                head_sha: &r.head_sha,
+            }
+        })
+        .collect();
+    to_batch(PR_FILES, &rows)
 }
 
 #[derive(Debug, Clone)]
@@ -110,38 +104,41 @@ pub struct CommitRow {
     pub info: crate::git::CommitInfo,
 }
 
-pub fn commits_batch(rows: &[CommitRow]) -> RecordBatch {
-    let mut s: Vec<StringBuilder> = (0..6).map(|_| StringBuilder::new()).collect();
-    let (mut num, mut pos, mut parents) = (Int64Builder::new(), Int64Builder::new(), Int64Builder::new());
-    let mut t: Vec<TimestampMicrosecondBuilder> =
-        (0..2).map(|_| TimestampMicrosecondBuilder::new().with_timezone("UTC")).collect();
-    for r in rows {
-        s[0].append_value(&r.repo_name);
-        num.append_value(r.pr_number);
-        pos.append_value(r.position as i64);
-        s[1].append_value(r.info.sha.to_string());
-        s[2].append_value(&r.info.author_name);
-        s[3].append_value(&r.info.author_email);
-        t[0].append_value(r.info.authored_at * 1_000_000);
-        s[4].append_value(&r.info.committer_name);
-        t[1].append_value(r.info.committed_at * 1_000_000);
-        s[5].append_value(&r.info.message);
-        parents.append_value(r.info.parents as i64);
-    }
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(s[0].finish()),
-        Arc::new(num.finish()),
-        Arc::new(pos.finish()),
-        Arc::new(s[1].finish()),
-        Arc::new(s[2].finish()),
-        Arc::new(s[3].finish()),
-        Arc::new(t[0].finish()),
-        Arc::new(s[4].finish()),
-        Arc::new(t[1].finish()),
-        Arc::new(s[5].finish()),
-        Arc::new(parents.finish()),
-    ];
-    RecordBatch::try_new(schema::builtin(PR_COMMITS), cols).expect("rows follow the schema file of PR_COMMITS")
+/// A row of `pr_commits`.
+#[derive(Serialize)]
+struct PrCommit<'a> {
+    repo_name: &'a str,
+    pr_number: i64,
+    position: i64,
+    sha: String,
+    author_name: &'a str,
+    author_email: &'a str,
+    /// Microseconds.
+    authored_at: i64,
+    committer_name: &'a str,
+    committed_at: i64,
+    message: &'a str,
+    parents: i64,
+}
+
+pub fn commits_batch(rows: &[CommitRow]) -> Result<RecordBatch> {
+    let rows: Vec<PrCommit> = rows
+        .iter()
+        .map(|r| PrCommit {
+            repo_name: &r.repo_name,
+            pr_number: r.pr_number,
+            position: r.position as i64,
+            sha: r.info.sha.to_string(),
+            author_name: &r.info.author_name,
+            author_email: &r.info.author_email,
+            authored_at: r.info.authored_at * 1_000_000,
+            committer_name: &r.info.committer_name,
+            committed_at: r.info.committed_at * 1_000_000,
+            message: &r.info.message,
+            parents: r.info.parents as i64,
+        })
+        .collect();
+    to_batch(PR_COMMITS, &rows)
 }
 
 #[derive(Debug, Clone)]
@@ -157,58 +154,65 @@ pub struct SnapshotRow {
     pub failure: Option<crate::git::GitFailure>,
 }
 
-pub fn snapshots_batch(rows: &[SnapshotRow], now_micros: i64) -> RecordBatch {
-    let mut s: Vec<StringBuilder> = (0..7).map(|_| StringBuilder::new()).collect();
-    let (mut num, mut files, mut commits) = (Int64Builder::new(), Int64Builder::new(), Int64Builder::new());
-    let mut at = TimestampMicrosecondBuilder::new().with_timezone("UTC");
-    for r in rows {
-        s[0].append_value(&r.repo_name);
-        num.append_value(r.pr_number);
-        s[1].append_value(if r.failure.is_some() { "error" } else { "ok" });
-        s[2].append_value(&r.base_sha);
-        s[3].append_value(&r.head_sha);
-        s[4].append_option(r.merge_base.as_deref());
-        files.append_value(r.files as i64);
-        commits.append_value(r.commits as i64);
-        s[5].append_option(r.failure.as_ref().map(|f| f.reason));
-        s[6].append_option(r.failure.as_ref().map(|f| f.message.as_str()));
-        at.append_value(now_micros);
-    }
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(s[0].finish()),
-        Arc::new(num.finish()),
-        Arc::new(s[1].finish()),
-        Arc::new(s[2].finish()),
-        Arc::new(s[3].finish()),
-        Arc::new(s[4].finish()),
-        Arc::new(files.finish()),
-        Arc::new(commits.finish()),
-        Arc::new(s[5].finish()),
-        Arc::new(s[6].finish()),
-        Arc::new(at.finish()),
-    ];
-    RecordBatch::try_new(schema::builtin(PR_SNAPSHOTS), cols).expect("rows follow the schema file of PR_SNAPSHOTS")
+/// A row of `pr_snapshots`.
+#[derive(Serialize)]
+struct PrSnapshot<'a> {
+    repo_name: &'a str,
+    pr_number: i64,
+    status: &'static str,
+    base_sha: &'a str,
+    head_sha: &'a str,
+    merge_base: Option<&'a str>,
+    files: i64,
+    commits: i64,
+    reason: Option<&'static str>,
+    message: Option<&'a str>,
+    snapshotted_at: i64,
 }
 
-pub fn errors_batch(rows: &[SnapshotRow], now_micros: i64) -> RecordBatch {
-    let (mut repo, mut num, mut reason, mut msg) =
-        (StringBuilder::new(), Int64Builder::new(), StringBuilder::new(), StringBuilder::new());
-    let mut at = TimestampMicrosecondBuilder::new().with_timezone("UTC");
-    for r in rows {
-        let Some(f) = &r.failure else { continue };
-        repo.append_value(&r.repo_name);
-        num.append_value(r.pr_number);
-        reason.append_value(f.reason);
-        msg.append_value(&f.message);
-        at.append_value(now_micros);
-    }
-    let cols: Vec<ArrayRef> = vec![
-        Arc::new(repo.finish()),
-        Arc::new(num.finish()),
-        Arc::new(reason.finish()),
-        Arc::new(msg.finish()),
-        Arc::new(at.finish()),
-    ];
-    RecordBatch::try_new(schema::builtin(SNAPSHOT_ERRORS), cols)
-        .expect("rows follow the schema file of SNAPSHOT_ERRORS")
+pub fn snapshots_batch(rows: &[SnapshotRow], now_micros: i64) -> Result<RecordBatch> {
+    let rows: Vec<PrSnapshot> = rows
+        .iter()
+        .map(|r| PrSnapshot {
+            repo_name: &r.repo_name,
+            pr_number: r.pr_number,
+            status: if r.failure.is_some() { "error" } else { "ok" },
+            base_sha: &r.base_sha,
+            head_sha: &r.head_sha,
+            merge_base: r.merge_base.as_deref(),
+            files: r.files as i64,
+            commits: r.commits as i64,
+            reason: r.failure.as_ref().map(|f| f.reason),
+            message: r.failure.as_ref().map(|f| f.message.as_str()),
+            snapshotted_at: now_micros,
+        })
+        .collect();
+    to_batch(PR_SNAPSHOTS, &rows)
+}
+
+/// A row of `snapshot_errors`.
+#[derive(Serialize)]
+struct SnapshotError<'a> {
+    repo_name: &'a str,
+    pr_number: i64,
+    reason: &'static str,
+    message: &'a str,
+    occurred_at: i64,
+}
+
+pub fn errors_batch(rows: &[SnapshotRow], now_micros: i64) -> Result<RecordBatch> {
+    let rows: Vec<SnapshotError> = rows
+        .iter()
+        .filter_map(|r| {
+            let f = r.failure.as_ref()?;
+            Some(SnapshotError {
+                repo_name: &r.repo_name,
+                pr_number: r.pr_number,
+                reason: f.reason,
+                message: &f.message,
+                occurred_at: now_micros,
+            })
+        })
+        .collect();
+    to_batch(SNAPSHOT_ERRORS, &rows)
 }

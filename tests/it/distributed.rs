@@ -184,7 +184,7 @@ async fn sql_jobs_on_a_ballista_cluster_equal_the_local_engine() {
 
     // 2. A generated multi-hour lake from the real excerpts (PRs spanning hours, two eras).
     let hours = dir.path().join("hours");
-    let o = swelake::generate::GenerateOptions {
+    let o = swelake::synthetic::SynthOptions {
         sources: vec![
             crate::common::gharchive("2015-01-01-15.json.gz"),
             crate::common::gharchive("2025-01-01-15.json.gz"),
@@ -194,7 +194,7 @@ async fn sql_jobs_on_a_ballista_cluster_equal_the_local_engine() {
         copies: 2,
         hours_before: 0,
     };
-    let files = swelake::generate::generate_hours(&o, &hours).unwrap();
+    let files = swelake::synthetic::synthesize_hours(&o, &hours).unwrap();
     assert_eq!(files.len(), 4);
     let sql_jobs: Vec<String> = ["pr_timeline", "pull_requests", "issues", "pr_issue_links"].map(String::from).to_vec();
     let mut lakes = Vec::new();

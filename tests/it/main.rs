@@ -17,5 +17,7 @@ mod prs;
 mod python;
 mod remote;
 mod reward;
+mod rows;
 mod snapshots;
+mod stages;
 mod train;

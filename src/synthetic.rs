@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-/// How [`generate_hours`] builds a synthetic stretch of GH Archive from real hour files.
+/// How [`synthesize_hours`] builds a synthetic stretch of GH Archive from real hour files.
 #[derive(Debug, Clone)]
-pub struct GenerateOptions {
+pub struct SynthOptions {
     /// Real hour files whose events are copied (`.json` or `.json.gz`).
     pub sources: Vec<PathBuf>,
     /// The first hour written, `YYYY-MM-DD-H`.
@@ -29,7 +29,7 @@ pub struct GenerateOptions {
 /// event's time moved into that hour (minutes and seconds kept). Half of an hour's copies
 /// reuse the previous hour's names, so a PR opened in one hour is merged or commented on in
 /// the next, as in the real archive. Hours are written in parallel. Returns the files written.
-pub fn generate_hours(o: &GenerateOptions, dir: &Path) -> Result<Vec<PathBuf>> {
+pub fn synthesize_hours(o: &SynthOptions, dir: &Path) -> Result<Vec<PathBuf>> {
     use std::io::Read;
     let first = chrono::NaiveDateTime::parse_from_str(&format!("{}:00:00", o.first_hour), "%Y-%m-%d-%H:%M:%S")
         .with_context(|| format!("hour `{}`: expected YYYY-MM-DD-H", o.first_hour))?;
@@ -188,14 +188,14 @@ mod tests {
             "{\"id\":\"1\",\"repo\":{\"name\":\"o/r\"},\"created_at\":\"2015-01-01T15:00:00Z\"}\nnot json\n",
         )
         .unwrap();
-        let o = GenerateOptions {
+        let o = SynthOptions {
             sources: vec![src],
             first_hour: "2025-12-31-23".into(),
             hours: 2,
             copies: 4,
             hours_before: 0,
         };
-        let files = generate_hours(&o, &dir.path().join("out")).unwrap();
+        let files = synthesize_hours(&o, &dir.path().join("out")).unwrap();
         let names: Vec<String> = files.iter().map(|f| f.file_name().unwrap().to_string_lossy().into_owned()).collect();
         assert_eq!(names, ["2025-12-31-23.json.gz", "2026-01-01-0.json.gz"]);
         let repos = |f: &Path| -> Vec<String> {
@@ -210,8 +210,8 @@ mod tests {
         assert_eq!(repos(&files[0]), ["o/r-g0", "o/r-g1", "o/r-g2", "o/r-g3"]);
         assert_eq!(repos(&files[1]), ["o/r-g2", "o/r-g3", "o/r-g4", "o/r-g5"]);
         // The next day, made by a second call, carries over from this one's last hour.
-        let next = GenerateOptions { first_hour: "2026-01-01-1".into(), hours: 1, hours_before: 2, ..o };
-        let files = generate_hours(&next, &dir.path().join("next")).unwrap();
+        let next = SynthOptions { first_hour: "2026-01-01-1".into(), hours: 1, hours_before: 2, ..o };
+        let files = synthesize_hours(&next, &dir.path().join("next")).unwrap();
         assert_eq!(repos(&files[0]), ["o/r-g4", "o/r-g5", "o/r-g6", "o/r-g7"]);
         assert_eq!(
             reid_repos("{\"id\":42,\"x\":{\"id\":420}}", &[42].into(), 30_000_000_000),
