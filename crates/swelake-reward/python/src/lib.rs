@@ -19,7 +19,6 @@ use std::collections::BTreeMap;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyString};
-use rayon::prelude::*;
 use serde::Deserialize;
 use swelake_reward::detailed::{self, Detailed};
 use swelake_reward::{search_replace_reward, unidiff_reward, RewardError};
@@ -216,7 +215,13 @@ impl Case {
 /// The SWE-RL reward in Rust, with the values of facebookresearch/swe-rl's `swerl.core.reward`.
 #[pymodule]
 mod _swelake_reward {
-    use super::*;
+    use pyo3::exceptions::{PyTypeError, PyValueError};
+    use pyo3::prelude::*;
+    use pyo3::types::PyDict;
+    use rayon::prelude::*;
+    use swelake_reward::detailed;
+
+    use super::{answer, metadata, parallel, Case, Files};
 
     /// calculate_search_replace_reward(code_context, oracle_new_content, output) -> (reward, metadata)
     ///

@@ -5,7 +5,7 @@ use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
 use super::gemm::{gemm_into, Mat, SendPtr};
-use super::*;
+use super::{by_dtype, dot, fusable, input, matmul, row_max, simd_fn, sum, Real, PARALLEL_FROM};
 
 /// Causal attention `softmax(scale · q·kᵀ) · v` for q [.., R, hd] and k, v [.., S, hd] with the
 /// same leading dimensions. Row r of q is the query at position `start + r % t` — R may hold

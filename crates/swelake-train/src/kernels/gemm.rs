@@ -7,7 +7,7 @@ use anyhow::{Context, Result};
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::*;
+use super::{by_dtype, fusable, input, Real};
 
 /// `x · wᵀ` for x [.., in] and w [out, in] → [.., out]: one 2-D product over all leading
 /// positions, with w read transposed in place (no transposed copy, no reshape in the graph).

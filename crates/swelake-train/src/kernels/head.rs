@@ -11,7 +11,7 @@ use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp1, CustomOp2, CustomOp3, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use super::*;
+use super::{contiguous, fusable, row_max, simd_fn, Real, PARALLEL_FROM};
 
 /// Log-probabilities of `targets` [..] (u32) under `logits` [.., V], shaped like `targets`.
 pub fn target_logprobs(logits: &Tensor, targets: &Tensor) -> Result<Tensor> {

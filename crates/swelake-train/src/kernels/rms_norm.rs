@@ -6,7 +6,7 @@ use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use super::*;
+use super::{by_dtype, dot, each_row, fusable, input, simd_fn, Real, PARALLEL_FROM};
 
 /// RMSNorm of `x` [.., D] with weight `w` [D].
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> Result<Tensor> {

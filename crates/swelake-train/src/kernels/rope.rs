@@ -4,7 +4,7 @@
 use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape, Tensor};
 
-use super::*;
+use super::{by_dtype, each_row, fusable, input, Real};
 
 /// RoPE tables (`cos`/`sin` [max_seq, hd/2]) and the position of the first token.
 pub struct Rotary<'a> {

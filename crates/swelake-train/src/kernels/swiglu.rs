@@ -4,7 +4,7 @@ use anyhow::Result;
 use candle_core::{CpuStorage, CustomOp2, CustomOp3, Layout, Shape, Tensor};
 use rayon::prelude::*;
 
-use super::*;
+use super::{by_dtype, each_row, fusable, input, simd_fn, Real, PARALLEL_FROM};
 
 /// `silu(gate) · up` for two tensors of one shape.
 pub fn swiglu(gate: &Tensor, up: &Tensor) -> Result<Tensor> {
