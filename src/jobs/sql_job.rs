@@ -502,6 +502,8 @@ async fn upsert(
     write: &WriteSpec,
     file_key: &str,
 ) -> Result<(u64, Option<i64>)> {
+    // The rows arrive as DataFusion's Arrow batches, never as Rust rows: they are conformed
+    // to the table's schema (Target::conform_for_writer), not built by `lake::rows::to_batch`.
     // String views stay views as far as the writer (upsert_rows conforms them for it).
     let batches: Vec<RecordBatch> =
         result.collect().await?.iter().map(|b| target.conform_for_writer(b)).collect::<Result<_>>()?;

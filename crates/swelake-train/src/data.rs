@@ -253,6 +253,9 @@ pub fn rollout_schema() -> Arc<Schema> {
     ]))
 }
 
+/// Writes rollouts as a Parquet file with the columns of `schemas/rollouts.toml`. The columns are
+/// built here rather than through swelake's `lake::rows::to_batch`: this crate does not depend on
+/// the swelake crate (the lake, its schema files), and other engines write the same file.
 pub fn write_rollouts(path: &Path, rows: &[Rollout]) -> Result<()> {
     let s =
         |f: &dyn Fn(&Rollout) -> Option<&str>| -> ArrayRef { Arc::new(rows.iter().map(f).collect::<StringArray>()) };
