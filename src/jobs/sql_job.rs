@@ -40,8 +40,8 @@ pub enum WriteMode {
     /// The output is partitioned like the input; the rows of each processed partition
     /// replace that partition's files, in one commit.
     ReplacePartitions,
-    /// Delta MERGE on `keys`: update matched rows (only by newer rows, with `newer_by`),
-    /// insert the others.
+    /// Upsert on `keys` (what a Delta MERGE gives, through `Lake::upsert_rows`): matched rows
+    /// are replaced (only by newer rows, with `newer_by`), the others inserted.
     Upsert,
     /// Every row whose `keys` are in the `touched` query's result is replaced by the result
     /// rows for those keys (which may be none), in one commit.
