@@ -73,12 +73,12 @@ impl RunRecord {
     }
 }
 
-/// A row of `_job_runs`.
-#[derive(Serialize)]
-struct JobRun<'a> {
-    job: &'a str,
-    partition_key: &'a str,
-    status: &'a str,
+/// A row of `_job_runs`, as it is written and read back.
+#[derive(Serialize, Deserialize)]
+struct JobRunRow {
+    job: String,
+    partition_key: String,
+    status: String,
     started_at: i64,
     finished_at: i64,
     rows_in: u64,
@@ -86,16 +86,17 @@ struct JobRun<'a> {
     rows_rejected: u64,
     output_version: Option<i64>,
     detail: String,
-    swelake_version: &'static str,
+    /// Written by every run; not needed to read a record back.
+    #[serde(default)]
+    swelake_version: String,
 }
 
-fn batch(records: &[RunRecord]) -> Result<RecordBatch> {
-    let rows: Vec<JobRun> = records
-        .iter()
-        .map(|r| JobRun {
-            job: &r.job,
-            partition_key: &r.partition_key,
-            status: &r.status,
+impl From<&RunRecord> for JobRunRow {
+    fn from(r: &RunRecord) -> JobRunRow {
+        JobRunRow {
+            job: r.job.clone(),
+            partition_key: r.partition_key.clone(),
+            status: r.status.clone(),
             started_at: r.started_at,
             finished_at: r.finished_at,
             rows_in: r.rows_in,
@@ -104,9 +105,35 @@ fn batch(records: &[RunRecord]) -> Result<RecordBatch> {
             output_version: r.output_version,
             // Error texts may quote a URL or a store's message: no credential is ever recorded.
             detail: crate::lake::store::redact(&r.detail.to_string()),
-            swelake_version: env!("CARGO_PKG_VERSION"),
+            swelake_version: env!("CARGO_PKG_VERSION").to_string(),
+        }
+    }
+}
+
+impl TryFrom<JobRunRow> for RunRecord {
+    type Error = anyhow::Error;
+
+    fn try_from(r: JobRunRow) -> Result<RunRecord> {
+        let detail = serde_json::from_str(&r.detail).map_err(|e| {
+            anyhow::anyhow!("{JOB_RUNS}: the detail of job {} partition {} is not JSON: {e}", r.job, r.partition_key)
+        })?;
+        Ok(RunRecord {
+            job: r.job,
+            partition_key: r.partition_key,
+            status: r.status,
+            started_at: r.started_at,
+            finished_at: r.finished_at,
+            rows_in: r.rows_in,
+            rows_out: r.rows_out,
+            rows_rejected: r.rows_rejected,
+            output_version: r.output_version,
+            detail,
         })
-        .collect();
+    }
+}
+
+fn batch(records: &[RunRecord]) -> Result<RecordBatch> {
+    let rows: Vec<JobRunRow> = records.iter().map(JobRunRow::from).collect();
     to_batch(JOB_RUNS, &rows)
 }
 
@@ -147,41 +174,15 @@ pub async fn history(lake: &Lake, job: Option<&str>) -> Result<Vec<RunRecord>> {
     let ctx = datafusion::prelude::SessionContext::new();
     table.update_datafusion_session(&ctx.state())?;
     ctx.register_table(JOB_RUNS, table.table_provider().await?)?;
-    #[derive(Deserialize)]
-    struct Row {
-        job: String,
-        partition_key: String,
-        status: String,
-        started_at: i64,
-        finished_at: i64,
-        rows_in: u64,
-        rows_out: u64,
-        rows_rejected: u64,
-        output_version: Option<i64>,
-        detail: String,
-    }
-    let filter = job.map_or_else(|| "true".to_string(), |j| format!("job = '{}'", j.replace('\'', "''")));
+    let filter = if job.is_some() { "job = $1" } else { "true" };
     let sql = format!(
         "SELECT job, partition_key, status, started_at, finished_at, rows_in, rows_out, rows_rejected, \
          output_version, detail FROM {JOB_RUNS} WHERE {filter} ORDER BY finished_at"
     );
-    let mut out = Vec::new();
-    for r in crate::query::rows::<Row>(&ctx, &sql).await? {
-        let detail = serde_json::from_str(&r.detail).map_err(|e| {
-            anyhow::anyhow!("{JOB_RUNS}: the detail of job {} partition {} is not JSON: {e}", r.job, r.partition_key)
-        })?;
-        out.push(RunRecord {
-            job: r.job,
-            partition_key: r.partition_key,
-            status: r.status,
-            started_at: r.started_at,
-            finished_at: r.finished_at,
-            rows_in: r.rows_in,
-            rows_out: r.rows_out,
-            rows_rejected: r.rows_rejected,
-            output_version: r.output_version,
-            detail,
-        });
+    let mut df = ctx.sql(&sql).await?;
+    if let Some(j) = job {
+        df = df.with_param_values(vec![datafusion::common::ScalarValue::from(j)])?;
     }
-    Ok(out)
+    let rows: Vec<JobRunRow> = crate::query::from_batches(&df.collect().await?)?;
+    rows.into_iter().map(RunRecord::try_from).collect()
 }
