@@ -219,6 +219,23 @@ async fn the_console_in_headless_chromium_psql_on_the_wire_and_a_piped_shell() {
     let seed =
         sql_json(&demo, "SELECT instance_id, oracle_patch FROM rl_seed WHERE split = 'train' ORDER BY instance_id");
     assert_eq!(listed["total"], seed.len());
+    // Filters are bound as parameters: a value holding quotes is a value, not SQL.
+    let repo = listed["instances"][0]["repo_name"].as_str().unwrap().to_string();
+    let (code, body) = http(
+        &s.http,
+        "GET",
+        &format!("/api/instances?split=train&repo={repo}&min_tokens=1&max_tokens=100000000"),
+        None,
+    );
+    assert_eq!(code, 200, "{body}");
+    let by_repo =
+        sql_json(&demo, &format!("SELECT instance_id FROM rl_seed WHERE split = 'train' AND repo_name = '{repo}'"));
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["total"], by_repo.len());
+    let (code, body) = http(&s.http, "GET", "/api/instances?repo=x%27%20OR%20%271%27%3D%271", None);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap()["total"], 0, "{body}");
+    let (code, body) = http(&s.http, "GET", "/api/instances/x%27%20OR%20%271%27%3D%271", None);
+    assert_eq!(code, 404, "{body}");
     let id = seed[0]["instance_id"].as_str().unwrap().to_string();
     // An id holds the repository's `/` and a `#`, which a URL must escape.
     let id_in_url = id.replace('%', "%25").replace('#', "%23").replace(' ', "%20");
