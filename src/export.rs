@@ -47,6 +47,8 @@ pub struct ExportOptions {
     pub rows_per_file: usize,
     /// How the archive's hours are judged in the card (the curation config's).
     pub completeness: crate::archive::CompletenessConfig,
+    /// Only the instances whose tests the verify stage ran: some fail before and pass after.
+    pub verified_only: bool,
 }
 
 /// What an export wrote.
@@ -100,9 +102,10 @@ async fn remove_stale(target: &Lake, dir: &str, written: &[String]) -> Result<()
 }
 
 /// The rows of one split of `rl_seed` in instance order, in the table's own layout.
-async fn split_rows(lake: &Lake, split: &str) -> Result<Vec<RecordBatch>> {
+async fn split_rows(lake: &Lake, split: &str, verified_only: bool) -> Result<Vec<RecordBatch>> {
     let ctx = lake.session().await?;
-    let sql = format!("SELECT * FROM {RL_SEED} WHERE split = '{split}' ORDER BY instance_id");
+    let verified = if verified_only { " AND verified" } else { "" };
+    let sql = format!("SELECT * FROM {RL_SEED} WHERE split = '{split}'{verified} ORDER BY instance_id");
     let batches = ctx.sql(&sql).await?.collect().await.context("reading rl_seed")?;
     let schema = seed_schema();
     batches.iter().map(|b| crate::lake::writer::conform(&schema, b)).collect()
@@ -135,15 +138,15 @@ async fn hf(lake: &Lake, target: &Lake, opts: &ExportOptions, summary: &mut Expo
     let per = opts.rows_per_file.max(1);
     let mut written = Vec::new();
     for split in SPLITS {
-        let batches = split_rows(lake, split).await?;
+        let batches = split_rows(lake, split, opts.verified_only).await?;
         let schema = crate::seed::shard_schema();
         let shards: Vec<RecordBatch> = batches.iter().map(shard_batch).collect::<Result<_>>()?;
         let all = arrow::compute::concat_batches(&schema, &shards)?;
         let rows = all.num_rows();
         summary.rows.insert(split.to_string(), rows);
-        // An empty split still gets one (empty) file, so that its `configs` entry names a
-        // file and `load_dataset` returns the split with no rows instead of failing.
-        let files = rows.div_ceil(per).max(1);
+        // An empty split gets no file and no `configs` entry: `load_dataset` fails on a split
+        // whose files hold no rows ("Instruction \"train\" corresponds to no data!").
+        let files = rows.div_ceil(per);
         for i in 0..files {
             let start = i * per;
             let part = all.slice(start.min(rows), per.min(rows.saturating_sub(start)));
@@ -175,7 +178,16 @@ async fn hf(lake: &Lake, target: &Lake, opts: &ExportOptions, summary: &mut Expo
 /// `README.md` of the `hf` layout: the Hub's YAML front matter, how to load it, then the card.
 pub fn hf_card(rows: &BTreeMap<String, usize>, card: &str) -> String {
     let total: usize = rows.values().sum();
-    let configs: String = SPLITS.iter().map(|s| format!("  - split: {s}\n    path: data/{s}-*\n")).collect();
+    let configs: String = SPLITS
+        .iter()
+        .filter(|s| rows.get(**s).copied().unwrap_or(0) > 0)
+        .map(|s| format!("  - split: {s}\n    path: data/{s}-*\n"))
+        .collect();
+    let configs = if configs.is_empty() {
+        String::new()
+    } else {
+        format!("configs:\n- config_name: default\n  data_files:\n{configs}")
+    };
     let counts: String = SPLITS.iter().map(|s| format!("| {s} | {} |\n", rows.get(*s).copied().unwrap_or(0))).collect();
     format!(
         "---
@@ -194,9 +206,6 @@ tags:
 - swe-rl
 size_categories:
 - {size}
-configs:
-- config_name: default
-  data_files:
 {configs}---
 
 # swelake SWE-RL seed
@@ -236,6 +245,11 @@ struct SeedRow {
     base_sha: String,
     merged_at: String,
     created_at: Option<String>,
+    verified: bool,
+    fail_to_pass: Vec<String>,
+    pass_to_pass: Vec<String>,
+    env_key: String,
+    package_version: Option<String>,
 }
 
 /// One SWE-bench task instance (`swebench.types.SWEbenchInstance`) and where it came from.
@@ -266,7 +280,7 @@ pub struct SwebenchInstance {
 /// modified, renamed or deleted file and the new path of an added one, as `unidiff`'s
 /// `PatchedFile.path`, which that rule reads.
 pub fn is_test_path(path: &str) -> bool {
-    path.contains("test") || path.contains("e2e")
+    crate::verify::is_test_path(path)
 }
 
 /// The path SWE-bench's rule looks at, from one file's section of a git patch.
@@ -318,8 +332,8 @@ pub fn split_patch(patch: &str) -> (String, String) {
 
 /// The SWE-bench instances of the lake's seed: (instances, those left out for changing only
 /// test files).
-pub async fn swebench_instances(lake: &Lake) -> Result<(Vec<SwebenchInstance>, usize)> {
-    let ctx = lake.session_with(&["pull_requests", "pr_issue_links", "events"]).await?;
+pub async fn swebench_instances(lake: &Lake, verified_only: bool) -> Result<(Vec<SwebenchInstance>, usize)> {
+    let ctx = lake.session_with(&["pull_requests", "pr_issue_links", "events", "pr_verification"]).await?;
     let rows: Vec<SeedRow> = crate::query::rows(&ctx, SWEBENCH_SQL).await.context("sql/export_swebench.sql")?;
     let hint_rows: Vec<(String, i64, String, String)> =
         crate::query::rows(&ctx, HINTS_SQL).await.context("sql/export_hints.sql")?;
@@ -330,6 +344,9 @@ pub async fn swebench_instances(lake: &Lake) -> Result<(Vec<SwebenchInstance>, u
     let mut out = Vec::new();
     let mut only_tests = 0;
     for r in rows {
+        if verified_only && !r.verified {
+            continue;
+        }
         let (patch, test_patch) = split_patch(&r.oracle_patch);
         if patch.is_empty() {
             only_tests += 1;
@@ -346,10 +363,15 @@ pub async fn swebench_instances(lake: &Lake) -> Result<(Vec<SwebenchInstance>, u
             problem_statement: r.problem_statement,
             hints_text: hints.remove(&r.instance_id).unwrap_or_default().join("\n"),
             created_at: r.created_at.unwrap_or(r.merged_at),
-            version: String::new(),
+            // SWE-bench groups instances by the package's version (major.minor); without a stated
+            // version, the environment they ran in is what groups them.
+            version: match r.package_version.as_deref().filter(|v| !v.is_empty()) {
+                Some(v) => crate::verify::env::major_minor(v),
+                None => r.env_key.clone(),
+            },
             environment_setup_commit: base,
-            fail_to_pass: "[]".to_string(),
-            pass_to_pass: "[]".to_string(),
+            fail_to_pass: serde_json::to_string(&r.fail_to_pass)?,
+            pass_to_pass: serde_json::to_string(&r.pass_to_pass)?,
             swelake_instance_id: r.instance_id,
             pull_number: r.pr_number,
             split: r.split,
@@ -358,8 +380,8 @@ pub async fn swebench_instances(lake: &Lake) -> Result<(Vec<SwebenchInstance>, u
     Ok((out, only_tests))
 }
 
-async fn swebench(lake: &Lake, target: &Lake, _opts: &ExportOptions, summary: &mut ExportSummary) -> Result<()> {
-    let (instances, only_tests) = swebench_instances(lake).await?;
+async fn swebench(lake: &Lake, target: &Lake, opts: &ExportOptions, summary: &mut ExportSummary) -> Result<()> {
+    let (instances, only_tests) = swebench_instances(lake, opts.verified_only).await?;
     summary.only_tests = only_tests;
     for split in SPLITS {
         let mut text = String::new();
@@ -401,9 +423,9 @@ One JSON line per instance, with the fields of SWE-bench (`swebench.types.SWEben
 | `problem_statement` | the linked issues' titles and bodies (the pull request's own when no linked issue has text) |
 | `hints_text` | comments on the linked issues written before the pull request was opened, oldest first |
 | `created_at` | when the pull request was opened (merged, for pull requests found only in git) |
-| `version` | empty: no package version is determined |
-| `environment_setup_commit` | `base_commit`: no environment is built |
-| `FAIL_TO_PASS`, `PASS_TO_PASS` | `\"[]\"` (JSON lists, as SWE-bench stores them): **nothing is executed**, so no test is known to fail before and pass after the change. Use these instances for agents and patch similarity; run their tests yourself before using them for execution-based evaluation |
+| `version` | the package's version at `base_commit` (major.minor), else the key of the environment its tests ran in (`environments.env_key`), else empty |
+| `environment_setup_commit` | `base_commit`: the environment is resolved from what the tree declares there, as of the PR's day |
+| `FAIL_TO_PASS`, `PASS_TO_PASS` | JSON lists, as SWE-bench stores them, from `swelake run verify`: tests that fail before the code change and pass after it, and tests that pass on both sides, each stable over repeated runs in a sandbox. `\"[]\"` for an instance that was not verified (`export --verified-only` leaves those out); grade predictions with `swelake evaluate` |
 
 Besides: `swelake_instance_id` (`owner/repo#N`, the `rl_seed` key), `pull_number`, `split`.
 "

@@ -10,7 +10,8 @@
 //! | [`snapshots`] | `pull_requests`, git mirrors | `pr_files`, `file_blobs`, `pr_commits`, `pr_snapshots`, `snapshot_errors` |
 //! | [`filters`] (SQL job `sql/pr_quality.sql`) | `pull_requests`, `pr_files`, `pr_issue_links`, `issues`, `pr_snapshots` | `pr_quality` |
 //! | [`relevance`] | `pr_quality`, `pr_snapshots`, `pr_files`, `pull_requests`, `pr_issue_links`, `issues`, git mirrors | `pr_relevant_files`, `blob_embeddings`, `file_blobs`, `relevance_models` |
-//! | [`seed`] | `pr_quality`, `pull_requests`, `pr_snapshots`, `pr_files`, `file_blobs`, `pr_relevant_files`, `pr_issue_links`, `issues` | `rl_seed`, `seed_rejections`, `shards/seed/*.parquet` |
+//! | [`verify`] | `pr_quality`, `pull_requests`, `pr_snapshots`, git mirrors | `environments`, `pr_tests`, `pr_verification` |
+//! | [`seed`] | `pr_quality`, `pull_requests`, `pr_snapshots`, `pr_files`, `file_blobs`, `pr_relevant_files`, `pr_issue_links`, `issues`, `pr_verification` | `rl_seed`, `seed_rejections`, `shards/seed/*.parquet` |
 //! | [`report`] | `pr_quality`, `rl_seed`, `pr_files`, `seed_rejections` | `card.md` and its charts |
 //! | [`export`] | `rl_seed`, `pull_requests`, `pr_issue_links`, `events` | a Hugging Face dataset, SWE-bench instances |
 //! | [`reward`] (crate `swelake-reward`) | answers, rollout tables | scores |
@@ -26,7 +27,7 @@
 //!    [`stage`] (what a Rust stage is to the scheduler),
 //!    and from `swelake-core` [`models`], [`memory`], [`progress`], [`charts`], [`hash`],
 //!    [`rng`];
-//! 2. stages: [`ingest`], [`prs`], [`snapshots`], [`filters`], [`relevance`], [`seed`],
+//! 2. stages: [`ingest`], [`prs`], [`snapshots`], [`filters`], [`relevance`], [`verify`], [`seed`],
 //!    [`report`], [`reward`], [`train`]; a stage imports infrastructure, and only the reward of
 //!    the other stages;
 //! 3. orchestration: [`jobs`] (the scheduler), [`distributed`] (the SQL jobs on Ballista), [`udfs`] (every SQL function, registered by the
@@ -55,6 +56,7 @@ pub mod relevance;
 pub mod report;
 pub mod seed;
 pub mod snapshots;
+pub mod verify;
 pub use swelake_reward as reward;
 pub use swelake_train as train;
 

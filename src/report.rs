@@ -95,6 +95,17 @@ async fn write_funnel(ctx: &SessionContext, md: &mut String) -> Result<()> {
     writeln!(md, "| snapshotted from git | {snapshotted} | {} |", top(&snapshot_reasons))?;
     writeln!(md, "| kept by the filters | {kept} | {} |", top(&filter_reasons))?;
     writeln!(md, "| seed instances | {instances} | {} |", top(&seed_reasons))?;
+    // The verify stage's step: instances whose own tests fail before the change and pass after
+    // (swelake run verify), the others under their status.
+    let verified = one("SELECT 'n', count(*) FROM rl_seed WHERE verified").await?;
+    let verify_reasons = counts(
+        ctx,
+        "SELECT coalesce(v.status, 'not run'), count(*) AS n FROM rl_seed s LEFT JOIN pr_verification v \
+         ON v.repo_name = s.repo_name AND v.pr_number = get_field(s.extra_info, 'pr_number') \
+         WHERE NOT s.verified GROUP BY 1 ORDER BY n DESC, 1",
+    )
+    .await?;
+    writeln!(md, "| verified by their tests | {verified} | {} |", top(&verify_reasons))?;
     let per_repo: Vec<(String, i64, i64, i64)> = crate::query::rows(
         ctx,
         "WITH m AS (SELECT repo_name, count(*) AS merged FROM pull_requests WHERE merged GROUP BY 1), \
@@ -175,7 +186,7 @@ pub async fn run(lake: &Lake, opts: &ReportOptions) -> Result<ReportSummary> {
             anyhow::bail!("no `{t}` table: run the jobs through seed first (swelake run --all ...)");
         }
     }
-    let ctx = lake.session_with(&["seed_rejections", "pr_snapshots", "pull_requests"]).await?;
+    let ctx = lake.session_with(&["seed_rejections", "pr_snapshots", "pull_requests", "pr_verification"]).await?;
     let mut charts = Vec::new();
     let mut md = String::new();
     writeln!(md, "# Dataset card: SWE-RL seed from {}\n", lake.location())?;

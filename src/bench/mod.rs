@@ -22,6 +22,7 @@ mod lake;
 mod project;
 mod relevance;
 mod reward;
+mod verify;
 
 pub use backfill::{backfill, BackfillBenchOptions};
 pub use blobs::{blobs, BlobsBenchOptions};
@@ -31,6 +32,7 @@ pub use lake::{lake, LakeBenchOptions};
 pub use project::{project, ProjectBenchOptions, Scale};
 pub use relevance::{relevance, RelevanceBenchOptions};
 pub use reward::{reward, RewardBenchOptions};
+pub use verify::{verify, VerifyBenchOptions};
 
 fn have(cmd: &str, arg: &str) -> bool {
     Command::new(cmd).arg(arg).output().map(|o| o.status.success()).unwrap_or(false)

@@ -20,6 +20,8 @@ pub struct ProjectBenchOptions {
     pub machines: usize,
     pub scale: Scale,
     pub work: PathBuf,
+    /// Kept PRs the verify stage is measured on (0: leave the stage out).
+    pub verify_prs: usize,
 }
 
 /// The corpus the projection is made for (SWE-RL's, by default).
@@ -32,6 +34,7 @@ pub struct Scale {
 }
 
 /// One stage's measurement and what it projects to.
+#[derive(Clone)]
 struct Stage {
     name: &'static str,
     /// Units measured, seconds they took, and the unit's name.
@@ -122,6 +125,20 @@ pub fn project(o: &ProjectBenchOptions) -> Result<()> {
     if ranked == 0.0 || snapped == 0.0 {
         bail!("the lake at {} has no kept, snapshotted PRs to measure the git stages on", o.lake.display());
     }
+    // verify on a sample of kept PRs, environments built from the registries (a cold cache):
+    // its cost is per kept PR, those without a test change included (they cost next to nothing).
+    let mut verify = None;
+    if o.verify_prs > 0 {
+        let cfg = o.work.join("verify.toml");
+        std::fs::write(
+            &cfg,
+            format!("[verify]\ndir = {:?}\nmax_prs_per_run = {}\n", s(&o.work.join("verify")), o.verify_prs),
+        )?;
+        let (_, out) = call(with(&["run", "verify", "--config", &s(&cfg)]))?;
+        let (_, verify_s) = jobs::job_of_run(&out, "verify")?;
+        let n = notes_of(&out, "verify")?["prs_verified_now"].as_f64().unwrap_or(0.0);
+        verify = Some((n, verify_s));
+    }
 
     let sc = &o.scale;
     let total_events = sc.days * sc.events_per_day;
@@ -138,6 +155,16 @@ pub fn project(o: &ProjectBenchOptions) -> Result<()> {
         },
         Stage { name: "seed", units: ranked, seconds: seed_s, unit: "kept PRs", at_scale: sc.kept_prs },
     ];
+    let mut stages = stages.to_vec();
+    if let Some((n, secs)) = verify {
+        stages.push(Stage {
+            name: "verify (environments built, 3 runs a side)",
+            units: n,
+            seconds: secs,
+            unit: "kept PRs",
+            at_scale: sc.kept_prs,
+        });
+    }
     println!("{}", render(&stages, o.machines, sc));
     Ok(())
 }

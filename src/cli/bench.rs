@@ -39,6 +39,10 @@ pub(crate) enum BenchCommand {
     /// events, snapshots PRs/s, relevance from a cold lake and seed per kept PR) multiplied by
     /// SWE-RL's counts: machine-hours per stage and the wall time on N machines.
     Project(ProjectBenchArgs),
+    /// The verify stage on a copy of a real history's lake: seconds per instance with every
+    /// environment built, then with every environment reused; the share reused, the cores
+    /// used, the verdicts by status.
+    Verify(VerifyBenchArgs),
 }
 
 impl BenchCommand {
@@ -64,6 +68,10 @@ impl BenchCommand {
             BenchCommand::Project(a) => {
                 let opts = a.into_options()?;
                 tokio::task::block_in_place(|| crate::bench::project(&opts))?
+            }
+            BenchCommand::Verify(a) => {
+                let opts = a.into_options()?;
+                tokio::task::block_in_place(|| crate::bench::verify(&opts))?
             }
             BenchCommand::Backfill(a) => {
                 let opts = a.into_options();
@@ -386,6 +394,47 @@ pub(crate) struct ProjectBenchArgs {
     /// Working directory; emptied first.
     #[arg(long, default_value = "target/bench-project")]
     work: PathBuf,
+    /// Kept PRs to measure the verify stage on (it runs their tests in a sandbox; 0 leaves it out).
+    #[arg(long, default_value_t = 20)]
+    verify_prs: usize,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "\
+Example, on the jinja history (after `swelake run filters` on a lake of it):
+  swelake bench verify --lake lake-jinja --repo-url 'file:///srv/mirrors/{repo}.git' --max-prs 40")]
+pub(crate) struct VerifyBenchArgs {
+    /// A local lake of a real history after `swelake run filters` (kept, snapshotted PRs).
+    #[command(flatten)]
+    lake: LakeArg,
+    #[command(flatten)]
+    repo: RepoArgs,
+    /// PRs to verify, the first in (repository, number) order (0: every kept PR).
+    #[arg(long, default_value_t = 0)]
+    max_prs: usize,
+    /// Runs of each side.
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
+    /// Working directory (the lake's copy, environments, trees); emptied first.
+    #[arg(long, default_value = "target/bench-verify")]
+    work: PathBuf,
+}
+
+impl VerifyBenchArgs {
+    pub(crate) fn into_options(self) -> Result<crate::bench::VerifyBenchOptions> {
+        let lake = self.lake.location()?;
+        if lake.contains("://") && !lake.starts_with("file://") {
+            anyhow::bail!("bench verify reads a local lake; {lake} is a store URL");
+        }
+        Ok(crate::bench::VerifyBenchOptions {
+            lake: PathBuf::from(lake.strip_prefix("file://").unwrap_or(lake)),
+            repo_url: self.repo.required_url()?,
+            cache_dir: self.repo.cache_dir(),
+            max_prs: self.max_prs,
+            repeat: self.repeat,
+            work: self.work,
+        })
+    }
 }
 
 impl ProjectBenchArgs {
@@ -409,6 +458,7 @@ impl ProjectBenchArgs {
                 kept_prs: self.kept_prs,
             },
             work: self.work,
+            verify_prs: self.verify_prs,
         })
     }
 }

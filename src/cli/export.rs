@@ -23,11 +23,14 @@ The hf layout opens with `datasets.load_dataset(DIR)` (train and test splits) an
 Hub as it is (`huggingface-cli upload ORG/NAME DIR --repo-type dataset`); its columns are those of
 the seed shards (schemas/seed_shards.toml). The swebench layout loads with
 `swebench.harness.utils.load_swebench_dataset(\"DIR/test.jsonl\")`; FAIL_TO_PASS and PASS_TO_PASS
-are empty, since nothing is executed (DIR/README.md says what each field holds).
+come from `swelake run verify` (empty for instances it did not verify; --verified-only leaves
+those out), and `swelake evaluate` grades predictions on them (DIR/README.md says what each
+field holds).
 
 Examples:
   swelake export --lake lake --format hf --out exports/seed-hf
   swelake export --lake lake --format swebench --out exports/seed-swebench
+  swelake export --lake lake --format swebench --verified-only --out exports/seed-verified
   swelake export --lake s3://bucket/lake --format hf --out s3://bucket/datasets/seed")]
 pub(crate) struct ExportArgs {
     #[command(flatten)]
@@ -41,6 +44,9 @@ pub(crate) struct ExportArgs {
     /// Rows per Parquet file of the hf layout.
     #[arg(long, default_value_t = 10_000)]
     rows_per_file: usize,
+    /// Only the instances the verify stage verified (tests that fail before and pass after).
+    #[arg(long)]
+    verified_only: bool,
     #[command(flatten)]
     config: ConfigArg,
     #[command(flatten)]
@@ -60,6 +66,7 @@ impl ExportArgs {
             storage_options: ctx.given.clone(),
             rows_per_file: self.rows_per_file,
             completeness,
+            verified_only: self.verified_only,
         };
         let s = crate::export::run(&lake, &opts).await?;
         if self.output.json {

@@ -7,6 +7,7 @@ mod args;
 mod ballista;
 mod bench;
 mod demo;
+mod evaluate;
 mod export;
 mod ingest;
 mod relevance;
@@ -89,6 +90,8 @@ Examples:
   swelake run --all --lake lake --repos-file repos.txt --repo-url 'https://github.com/{repo}.git'
                                                        # PRs from git alone, no archive
   swelake run --all --lake lake --source data/gharchive --repo-url ... --discover-from-git
+  swelake run verify --lake lake --repo-url ... --repeat 3 --timeout 300s
+                                                       # FAIL_TO_PASS/PASS_TO_PASS, in a sandbox
 
 With --json: one line {\"ok\", \"failed_job\", \"error\", \"jobs\": [{job, outcome, ...}]} (outcome:
 done, up_to_date, skipped, failed, not_run). The exit status is 0 only when every due job
@@ -174,6 +177,9 @@ Examples:
     Reward(reward::RewardArgs),
     /// Export the seed dataset for other tools: a Hugging Face dataset or SWE-bench instances.
     Export(export::ExportArgs),
+    /// Grade SWE-bench predictions on the lake's verified instances, in the verify stage's
+    /// sandbox and environments; a report in SWE-bench's shape.
+    Evaluate(evaluate::EvaluateArgs),
     /// Write a dataset card (Markdown + PNG charts) of a lake's seed dataset.
     Report(report::ReportArgs),
     /// Measure relevant-file rankers leave-one-out: hide one changed file, rank it among the
@@ -390,6 +396,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Serve(a) => a.run(&ctx).await,
         Command::Reward(a) => a.run(&ctx).await,
         Command::Export(a) => a.run(&ctx).await,
+        Command::Evaluate(a) => a.run(&ctx).await,
         Command::Report(a) => a.run(&ctx).await,
         Command::EvalRelevance(a) => a.run(&ctx).await,
         Command::Train(a) => a.run(&ctx).await,

@@ -52,9 +52,23 @@ pub(crate) struct RunArgs {
     max_blob_bytes: usize,
     #[command(flatten)]
     config: ConfigArg,
-    /// Redo work that is already done (snapshots, relevance).
+    /// Redo work that is already done (snapshots, relevance, verify).
     #[arg(long)]
     force: bool,
+    /// Include the verify stage in this run (it runs each PR's own tests, untrusted code, in a
+    /// sandbox); also `[verify] enabled = true`. Naming `verify` runs it too.
+    #[arg(long)]
+    verify: bool,
+    /// verify: runs of each side; a test whose outcome differs between them is flaky
+    /// [default: [verify] repeat].
+    #[arg(long, value_name = "N")]
+    repeat: Option<u32>,
+    /// verify: time limit of one test run (300s, 10m) [default: [verify] timeout_secs].
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    timeout: Option<std::time::Duration>,
+    /// verify: bwrap (bubblewrap, the default) or none (no sandbox: tests run with your rights).
+    #[arg(long, value_name = "bwrap|none")]
+    sandbox: Option<String>,
     #[command(flatten)]
     jobs_dirs: JobsArgs,
     #[command(flatten)]
@@ -105,7 +119,17 @@ impl RunArgs {
         };
         let lake = a.lake.open(ctx)?;
         let wanted: Vec<String> = if a.all { registry.jobs.keys().cloned().collect() } else { a.jobs.clone() };
-        let curation = a.config.load()?;
+        let mut curation = a.config.load()?;
+        curation.verify.enabled |= a.verify;
+        if let Some(n) = a.repeat {
+            curation.verify.repeat = n.max(1);
+        }
+        if let Some(t) = a.timeout {
+            curation.verify.timeout_secs = t.as_secs().max(1);
+        }
+        if let Some(s) = a.sandbox {
+            curation.verify.sandbox = s;
+        }
         let repos = a.scope.repos()?;
         let discover_prs = a.scope.has_repos_file() || a.discover_from_git || curation.discovery.from_git;
         let opts = crate::jobs::RunOptions {

@@ -50,6 +50,8 @@ pub struct CurationConfig {
     pub completeness: crate::archive::CompletenessConfig,
     /// Where merged PRs are found.
     pub discovery: DiscoveryConfig,
+    /// How PRs' own tests are run (the verify stage).
+    pub verify: crate::verify::VerifyConfig,
 }
 
 /// The `[discovery]` section: where merged PRs are found besides the archive.
@@ -72,13 +74,14 @@ impl CurationConfig {
             seed: crate::config::section(&merged, "seed").with_context(|| origin.clone())?,
             completeness: crate::config::section(&merged, "completeness").with_context(|| origin.clone())?,
             discovery: crate::config::section(&merged, "discovery").with_context(|| origin.clone())?,
+            verify: crate::config::section(&merged, "verify").with_context(|| origin.clone())?,
         })
     }
 
     /// The sections a job may read (`config = "…"` in a job file, a stage's
     /// `config_section`). A new section: a field, a name here, and a line in each of the two
     /// methods below.
-    pub const SECTIONS: &'static [&'static str] = &["filters", "relevance", "seed"];
+    pub const SECTIONS: &'static [&'static str] = &["filters", "relevance", "seed", "verify"];
 
     /// A stable text of one section, for fingerprints.
     fn section_text(&self, section: &str) -> String {
@@ -86,6 +89,7 @@ impl CurationConfig {
             "filters" => serde_json::to_string(&self.filters),
             "relevance" => serde_json::to_string(&self.relevance),
             "seed" => serde_json::to_string(&self.seed),
+            "verify" => serde_json::to_string(&self.verify),
             _ => Ok(String::new()),
         };
         v.expect("config sections serialise")
@@ -96,6 +100,7 @@ impl CurationConfig {
         extras.insert(self.filters.clone());
         extras.insert(self.relevance.clone());
         extras.insert(self.seed.clone());
+        extras.insert(self.verify.clone());
     }
 }
 

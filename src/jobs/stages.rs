@@ -10,6 +10,7 @@ pub static STAGES: &[&dyn Stage] = &[
     &crate::prs::from_git::PrsFromGit,
     &crate::snapshots::Snapshots,
     &crate::relevance::Relevance,
+    &crate::verify::Verify,
     &crate::seed::Seed,
 ];
 

@@ -54,11 +54,12 @@ impl crate::stage::Stage for Seed {
             "pr_relevant_files",
             "pr_issue_links",
             "issues",
+            "pr_verification",
         ]
     }
 
     fn optional_inputs(&self) -> &'static [&'static str] {
-        &["file_blobs", "pr_relevant_files", "pr_issue_links", "issues"]
+        &["file_blobs", "pr_relevant_files", "pr_issue_links", "issues", "pr_verification"]
     }
 
     fn outputs(&self) -> &'static [&'static str] {
@@ -70,7 +71,7 @@ impl crate::stage::Stage for Seed {
     }
 
     fn depends_on(&self) -> &'static [&'static str] {
-        &["relevance"]
+        &["relevance", "verify"]
     }
 
     fn config_section(&self) -> Option<&'static str> {
@@ -159,6 +160,12 @@ pub struct Instance {
     pub head_sha: String,
     pub merged_at: String,
     pub language: String,
+    /// The verify stage found tests that fail before the PR and pass after it.
+    pub verified: bool,
+    pub fail_to_pass: Vec<String>,
+    pub pass_to_pass: Vec<String>,
+    /// The environment the tests ran in (`environments.env_key`), "" when not verified.
+    pub env_key: String,
 }
 
 /// The prompt templates (built in, or replaced by the config's files).
@@ -236,6 +243,19 @@ struct Material {
     files: Vec<ChangedFile>,
     #[serde(skip)]
     relevant: Vec<Relevant>,
+    #[serde(skip)]
+    verification: Option<Verification>,
+}
+
+/// The verify stage's verdict on a PR (`pr_verification`), when it ran.
+#[derive(Debug, Clone, Deserialize)]
+struct Verification {
+    repo_name: String,
+    pr_number: i64,
+    status: String,
+    fail_to_pass: Vec<String>,
+    pass_to_pass: Vec<String>,
+    env_key: String,
 }
 
 /// A row of `sql/seed_issues.sql`.
@@ -297,7 +317,7 @@ pub struct SeedSummary {
 }
 
 async fn load_material(lake: &Lake) -> Result<BTreeMap<(String, i64), Material>> {
-    let ctx = lake.session_with(&["pr_issue_links", "issues", "pr_relevant_files"]).await?;
+    let ctx = lake.session_with(&["pr_issue_links", "issues", "pr_relevant_files", "pr_verification"]).await?;
     async fn rows<T: serde::de::DeserializeOwned>(ctx: &SessionContext, sql: &str, name: &str) -> Result<Vec<T>> {
         crate::query::rows(ctx, sql).await.with_context(|| format!("sql/{name}"))
     }
@@ -318,6 +338,12 @@ async fn load_material(lake: &Lake) -> Result<BTreeMap<(String, i64), Material>>
     for r in rows::<Relevant>(&ctx, RELEVANT_SQL, "seed_relevant.sql").await? {
         if let Some(x) = m.get_mut(&(r.repo_name.clone(), r.pr_number)) {
             x.relevant.push(r);
+        }
+    }
+    let verified = "SELECT repo_name, pr_number, status, fail_to_pass, pass_to_pass, env_key FROM pr_verification";
+    for v in rows::<Verification>(&ctx, verified, "pr_verification").await? {
+        if let Some(x) = m.get_mut(&(v.repo_name.clone(), v.pr_number)) {
+            x.verification = Some(v);
         }
     }
     Ok(m)
@@ -538,6 +564,10 @@ pub async fn build(lake: &Lake, cfg: &SeedConfig) -> Result<(Vec<Instance>, Vec<
             head_sha: x.head_sha.clone(),
             merged_at: x.merged_at.clone().unwrap_or_default(),
             language,
+            verified: x.verification.as_ref().is_some_and(|v| v.status == "verified"),
+            fail_to_pass: x.verification.as_ref().map(|v| v.fail_to_pass.clone()).unwrap_or_default(),
+            pass_to_pass: x.verification.as_ref().map(|v| v.pass_to_pass.clone()).unwrap_or_default(),
+            env_key: x.verification.as_ref().map(|v| v.env_key.clone()).unwrap_or_default(),
         });
     }
     instances.sort_by(|a, b| a.instance_id.cmp(&b.instance_id));
@@ -567,6 +597,10 @@ struct SeedRow<'a> {
     extra_info: ExtraInfo<'a>,
     problem_source: &'a str,
     prompt_context: &'a BTreeMap<String, String>,
+    verified: bool,
+    fail_to_pass: &'a [String],
+    pass_to_pass: &'a [String],
+    env_key: &'a str,
 }
 
 #[derive(Serialize)]
@@ -635,6 +669,10 @@ pub fn to_batch(instances: &[Instance]) -> Result<RecordBatch> {
             },
             problem_source: &i.problem_source,
             prompt_context: &i.prompt_context,
+            verified: i.verified,
+            fail_to_pass: &i.fail_to_pass,
+            pass_to_pass: &i.pass_to_pass,
+            env_key: &i.env_key,
         })
         .collect();
     rows::to_batch(RL_SEED, &rows)

@@ -319,6 +319,13 @@ async fn the_console_in_headless_chromium_psql_on_the_wire_and_a_piped_shell() {
     );
     let seen: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
     eprintln!("screenshots: {}", shots.display());
+    // The docs' screenshots are these, copied by a command (docs/console.md), never by hand.
+    if std::env::var("SWELAKE_UPDATE_SCREENSHOTS").is_ok_and(|v| v == "1") {
+        let img = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/img");
+        for name in ["status", "sources", "instance"] {
+            std::fs::copy(shots.join(format!("{name}.png")), img.join(format!("console-{name}.png"))).unwrap();
+        }
+    }
 
     // Status: every job and every table.
     let jobs: Vec<String> = serde_json::from_value(seen["status"]["jobs"].clone()).unwrap();

@@ -454,6 +454,7 @@ async fn trainers_tools_open_the_seed(lake: &Lake, dir: &Path) {
         storage_options: vec![],
         rows_per_file: 2,
         completeness: Default::default(),
+        verified_only: false,
     };
     let hf = dir.join("export-hf");
     let s = swelake::export::run(lake, &export(swelake::export::ExportFormat::Hf, &hf)).await.unwrap();
@@ -479,7 +480,13 @@ async fn trainers_tools_open_the_seed(lake: &Lake, dir: &Path) {
     let files: Vec<&str> = files.iter().map(|p| p.to_str().unwrap()).collect();
     let loaded = crate::python::script(&py, "load_swebench.py", &files, &[]);
     assert_eq!(loaded.lines().count() + s.only_tests, counts.values().sum::<i64>() as usize, "{loaded}");
-    assert!(std::fs::read_to_string(sb.join("README.md")).unwrap().contains("**nothing is executed**"));
+    // Not verified (the sample lake's PRs have no tests to run): the lists are empty, and the
+    // card says where they come from.
+    assert!(std::fs::read_to_string(sb.join("README.md")).unwrap().contains("swelake run verify"));
+    for line in loaded.lines() {
+        let inst: Value = serde_json::from_str(line).unwrap();
+        assert_eq!((&inst["FAIL_TO_PASS"], &inst["PASS_TO_PASS"]), (&json!([]), &json!([])), "{line}");
+    }
 
     // The wheel's own tests, in a clean venv: parity through every entry point, and the
     // shards' oracles.

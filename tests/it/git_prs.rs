@@ -14,7 +14,7 @@ use swelake::lake::Lake;
 
 use crate::common::{count, quiet_ingest};
 
-fn git(dir: &Path, args: &[&str]) -> String {
+pub(crate) fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .args(["-c", "init.defaultBranch=main", "-c", "commit.gpgsign=false"])
         .args(args)
@@ -31,20 +31,20 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
-fn write(dir: &Path, path: &str, text: &str) {
+pub(crate) fn write(dir: &Path, path: &str, text: &str) {
     let p = dir.join(path);
     std::fs::create_dir_all(p.parent().unwrap()).unwrap();
     std::fs::write(p, text).unwrap();
 }
 
 /// Commits everything as `who`, at `when` (seconds), with `message`.
-fn commit(dir: &Path, who: (&str, &str), when: i64, message: &str) -> String {
+pub(crate) fn commit(dir: &Path, who: (&str, &str), when: i64, message: &str) -> String {
     git(dir, &["add", "-A"]);
     commit_staged(dir, who, when, message)
 }
 
 /// Commits the index as it is.
-fn commit_staged(dir: &Path, who: (&str, &str), when: i64, message: &str) -> String {
+pub(crate) fn commit_staged(dir: &Path, who: (&str, &str), when: i64, message: &str) -> String {
     let date = format!("{when} +0000");
     let out = Command::new("git")
         .args(["-c", "commit.gpgsign=false", "commit", "-q", "-m", message])
@@ -62,7 +62,7 @@ fn commit_staged(dir: &Path, who: (&str, &str), when: i64, message: &str) -> Str
     git(dir, &["rev-parse", "HEAD"])
 }
 
-fn merge(dir: &Path, branch: &str, when: i64, message: &str) -> String {
+pub(crate) fn merge(dir: &Path, branch: &str, when: i64, message: &str) -> String {
     let date = format!("{when} +0000");
     let out = Command::new("git")
         .args(["-c", "commit.gpgsign=false", "merge", "-q", "--no-ff", "-m", message, branch])
@@ -80,8 +80,8 @@ fn merge(dir: &Path, branch: &str, when: i64, message: &str) -> String {
     git(dir, &["rev-parse", "HEAD"])
 }
 
-const ALICE: (&str, &str) = ("Alice", "1234+alice@users.noreply.github.com");
-const BOB: (&str, &str) = ("Bob", "bob@example.org");
+pub(crate) const ALICE: (&str, &str) = ("Alice", "1234+alice@users.noreply.github.com");
+pub(crate) const BOB: (&str, &str) = ("Bob", "bob@example.org");
 
 /// What the made repository holds, as git's own SHAs.
 struct Made {

@@ -192,6 +192,7 @@ async fn trainers_tools_open_a_real_history(lake: &Lake, mirror: &Path, dir: &Pa
         storage_options: vec![],
         rows_per_file: 10_000,
         completeness: Default::default(),
+        verified_only: false,
     };
     let s = swelake::export::run(lake, &opts).await.unwrap();
     let files = [out.join("train.jsonl"), out.join("test.jsonl")];

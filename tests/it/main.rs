@@ -21,3 +21,4 @@ mod rows;
 mod snapshots;
 mod stages;
 mod train;
+mod verify;

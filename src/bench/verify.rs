@@ -1,0 +1,120 @@
+//! `bench verify`: the verify stage on a copy of a real history's lake, twice — first with no
+//! environment built (each resolved and installed from the registries), then again (`--force`)
+//! with every environment reused from the cache: seconds per instance, the share of
+//! environments reused, the cores the runs kept busy, and the verdicts by status.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+
+use super::jobs;
+
+/// Options of `swelake bench verify`.
+#[derive(Debug, Clone)]
+pub struct VerifyBenchOptions {
+    /// A local lake of a real history after `swelake run filters` (kept, snapshotted PRs).
+    pub lake: PathBuf,
+    pub repo_url: String,
+    pub cache_dir: PathBuf,
+    /// PRs to verify (the first ones in (repository, number) order; 0: all).
+    pub max_prs: usize,
+    pub repeat: u32,
+    pub work: PathBuf,
+}
+
+/// CPU seconds of this process's waited-for children so far.
+fn children_cpu() -> f64 {
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage only writes into the struct it is given.
+    unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
+    t(u.ru_utime) + t(u.ru_stime)
+}
+
+struct Pass {
+    wall: f64,
+    cpu: f64,
+    notes: serde_json::Value,
+}
+
+impl Pass {
+    fn n(&self, key: &str) -> f64 {
+        self.notes[key].as_f64().unwrap_or(0.0)
+    }
+}
+
+pub fn verify(o: &VerifyBenchOptions) -> Result<()> {
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let _ = std::fs::remove_dir_all(&o.work);
+    let lake = o.work.join("lake");
+    jobs::link_dir(&o.lake, &lake)?;
+    for t in [crate::verify::PR_VERIFICATION, crate::verify::PR_TESTS, crate::verify::ENVIRONMENTS] {
+        let _ = std::fs::remove_dir_all(lake.join(t));
+    }
+    let config = o.work.join("verify.toml");
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    std::fs::write(
+        &config,
+        format!(
+            "[verify]\ndir = {:?}\nmax_prs_per_run = {}\nrepeat = {}\n",
+            s(&o.work.join("verify")),
+            o.max_prs,
+            o.repeat.max(1)
+        ),
+    )?;
+    let pass = |force: bool| -> Result<Pass> {
+        let mut args =
+            vec!["-q", "run", "verify", "--json", "--lake", &s(&lake), "--repo-url", &o.repo_url, "--config"]
+                .into_iter()
+                .map(str::to_string)
+                .collect::<Vec<_>>();
+        args.extend([s(&config), "--cache-dir".into(), s(&o.cache_dir)]);
+        if force {
+            args.push("--force".into());
+        }
+        let (cpu0, t) = (children_cpu(), Instant::now());
+        let out = std::process::Command::new(&exe).args(&args).output().context("running swelake run verify")?;
+        let (wall, cpu) = (t.elapsed().as_secs_f64(), children_cpu() - cpu0);
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            anyhow::bail!("run verify failed: {}{}", text, String::from_utf8_lossy(&out.stderr));
+        }
+        let v: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or_default())
+            .with_context(|| format!("run --json printed {text:?}"))?;
+        let notes = v["jobs"]
+            .as_array()
+            .and_then(|a| a.iter().find(|j| j["job"] == "verify"))
+            .map(|j| j["notes"].clone())
+            .with_context(|| format!("no verify job in {v}"))?;
+        Ok(Pass { wall, cpu, notes })
+    };
+    let cold = pass(false)?;
+    let warm = pass(true)?;
+    let prs = cold.n("prs_verified_now").max(1.0);
+    println!("verify on {} ({} PRs, {} runs a side)\n", o.lake.display(), prs, o.repeat);
+    println!("| pass | s per instance | environments built | reused | share reused | cores used |");
+    println!("|---|---|---|---|---|---|");
+    for (name, p) in [("cold (environments built)", &cold), ("warm (environments reused)", &warm)] {
+        let (b, r) = (p.n("environments_built"), p.n("environments_reused"));
+        println!(
+            "| {name} | {:.2} | {b:.0} | {r:.0} | {:.0}% | {:.2} |",
+            p.wall / prs,
+            100.0 * r / (b + r).max(1.0),
+            p.cpu / p.wall.max(1e-9)
+        );
+    }
+    println!("\nwarm / cold: {:.2}x the time per instance", warm.wall / cold.wall.max(1e-9));
+    println!("\n| status | PRs |\n|---|---|");
+    if let Some(m) = cold.notes.as_object() {
+        for (k, v) in m.iter().filter(|(k, _)| k.starts_with("status:")) {
+            println!("| {} | {v} |", k.trim_start_matches("status:"));
+        }
+    }
+    let lake_path = s(&lake);
+    println!(
+        "\nWhy the others failed: swelake sql --lake {lake_path} \"SELECT status, reason, count(*) FROM pr_verification \
+         WHERE status <> 'verified' GROUP BY 1, 2 ORDER BY 3 DESC\""
+    );
+    Ok(())
+}

@@ -1,0 +1,761 @@
+//! Python environments as of a PR's day, without Docker: what the tree at the merge base
+//! declares (pyproject.toml, setup.cfg, setup.py, a test requirements file, tox.ini's test
+//! deps) resolved by `uv` against the registries as they were on the PR's merge date
+//! (`--exclude-newer`), installed into a virtual environment cached by the resolved lock's
+//! hash, so PRs with the same lock share one.
+//!
+//! The project itself is not installed: its tree goes on `PYTHONPATH` (`src/` when it has a
+//! package there), so building the environment runs none of its code (no `setup.py`), and one
+//! environment serves every PR with the same dependencies. Only registry packages are
+//! installed, outside the sandbox, by uv.
+//!
+//! When the test tooling of the PR's day does not start on this interpreter (pytest of 2021
+//! with `py` on Python 3.11), the tooling alone (pytest, its plugins and helpers) floats to
+//! the releases of the interpreter's first months while the project's own dependencies stay
+//! as of the PR's day; the environment records which pins were relaxed.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use super::VerifyConfig;
+
+/// uv and the interpreter, found or fetched once per run.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    pub uv: PathBuf,
+    /// The interpreter's own executable (not a shim).
+    pub python: PathBuf,
+    /// `3.11.7`.
+    pub python_version: String,
+    /// `sys.base_prefix`: mounted read-only into the sandbox.
+    pub python_prefix: PathBuf,
+    /// `[verify] dir`, else `<cache>/.verify`: locks, environments, scratch trees.
+    pub root: PathBuf,
+}
+
+impl Tools {
+    /// Finds the interpreter and uv (a pinned uv from PyPI into `cache/.verify/tools` when
+    /// `uv_version` is set, else the one on PATH).
+    pub fn prepare(cfg: &VerifyConfig, cache: &Path) -> Result<Tools> {
+        let root = if cfg.dir.is_empty() { cache.join(".verify") } else { PathBuf::from(&cfg.dir) };
+        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
+        let probe = Command::new(&cfg.python)
+            .args([
+                "-c",
+                "import sys, platform; print(sys.executable); print(platform.python_version()); print(sys.base_prefix)",
+            ])
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("toolchain_unavailable: the interpreter `{}` does not run", cfg.python))?;
+        let text = String::from_utf8_lossy(&probe.stdout).to_string();
+        let lines: Vec<&str> = text.lines().collect();
+        if !probe.status.success() || lines.len() < 3 {
+            bail!(
+                "toolchain_unavailable: `{}` did not say what it is: {}",
+                cfg.python,
+                String::from_utf8_lossy(&probe.stderr)
+            );
+        }
+        let uv = fetch_uv(&cfg.uv_version, &root, &cfg.python)?;
+        Ok(Tools {
+            uv,
+            python: PathBuf::from(lines[0]),
+            python_version: lines[1].to_string(),
+            python_prefix: PathBuf::from(lines[2]),
+            root,
+        })
+    }
+
+    /// `major.minor` of the interpreter.
+    pub fn python_minor(&self) -> String {
+        self.python_version.splitn(3, '.').take(2).collect::<Vec<_>>().join(".")
+    }
+
+    /// uv with only what it needs: no credentials of the lake or of the user reach it.
+    fn uv(&self) -> Command {
+        let mut c = Command::new(&self.uv);
+        c.env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("HOME", &self.root)
+            .env("UV_CACHE_DIR", self.root.join("uv-cache"))
+            .env("UV_PYTHON_DOWNLOADS", "never")
+            .env("UV_NO_CONFIG", "1")
+            .stdin(Stdio::null());
+        for k in ["UV_INDEX_URL", "UV_DEFAULT_INDEX", "PIP_INDEX_URL", "SSL_CERT_FILE", "HTTPS_PROXY", "https_proxy"] {
+            if let Some(v) = std::env::var_os(k) {
+                c.env(k, v);
+            }
+        }
+        c
+    }
+}
+
+/// uv: the pinned release from PyPI, installed once into the cache with pip (as the ONNX
+/// Runtime is fetched); `""` takes `uv` from PATH.
+fn fetch_uv(version: &str, root: &Path, python: &str) -> Result<PathBuf> {
+    if version.is_empty() {
+        return super::sandbox::which("uv")
+            .context("toolchain_unavailable: no `uv` on PATH ([verify] uv_version = \"\")");
+    }
+    let dir = root.join("tools").join(format!("uv-{version}"));
+    let bin = dir.join("bin").join("uv");
+    if bin.is_file() {
+        return Ok(bin);
+    }
+    let staging = root.join("tools").join(format!(".uv-{version}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&staging);
+    eprintln!("fetching uv {version} from PyPI into {}", dir.display());
+    let out = Command::new(python)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+        .arg(&staging)
+        .arg(format!("uv=={version}"))
+        .stdin(Stdio::null())
+        .output()
+        .context("toolchain_unavailable: running pip to fetch uv")?;
+    if !out.status.success() || !staging.join("bin").join("uv").is_file() {
+        bail!(
+            "toolchain_unavailable: could not fetch uv {version} from PyPI: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::rename(&staging, &dir)?;
+    Ok(bin)
+}
+
+/// What a tree declares about its Python environment.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Spec {
+    /// Files read, in order.
+    pub files: Vec<String>,
+    /// The project's name (left out of the requirements: the tree is on PYTHONPATH).
+    pub name: Option<String>,
+    pub requires_python: Option<String>,
+    /// The project's own dependencies.
+    pub dependencies: Vec<String>,
+    /// Test requirements (a requirements file, tox's deps, a test extra or group).
+    pub test_requirements: Vec<String>,
+    /// The project's version as the tree states it (`3.1.0.dev0`).
+    pub version: Option<String>,
+}
+
+impl Spec {
+    /// Whether the tree is a Python project at all.
+    pub fn is_python(&self) -> bool {
+        self.files.iter().any(|f| ["pyproject.toml", "setup.py", "setup.cfg"].contains(&f.as_str()))
+    }
+
+    /// What the resolver is asked for: dependencies then test requirements, without the
+    /// project itself, pytest added when nothing names it; with `relax`, the test tooling's
+    /// pins dropped.
+    pub fn requirements(&self, relax: bool) -> Vec<String> {
+        let own = self.name.as_deref().map(normalize);
+        let mut seen = BTreeSet::new();
+        let mut out = Vec::new();
+        for r in self.dependencies.iter().chain(&self.test_requirements) {
+            let name = requirement_name(r);
+            if name.is_empty() || own.as_deref() == Some(name.as_str()) {
+                continue;
+            }
+            let r = if relax && is_tooling(&name) { relaxed_requirement(r) } else { r.clone() };
+            if seen.insert(r.clone()) {
+                out.push(r);
+            }
+        }
+        if !out.iter().any(|r| requirement_name(r) == "pytest") {
+            out.push("pytest".to_string());
+        }
+        out
+    }
+}
+
+/// Reads the spec from the tree's files (`read(path)` gives a file's text).
+pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
+    let mut s = Spec::default();
+    if let Some(text) = read("pyproject.toml") {
+        s.files.push("pyproject.toml".into());
+        if let Ok(doc) = text.parse::<toml::Table>() {
+            if let Some(p) = doc.get("project").and_then(|v| v.as_table()) {
+                s.name = p.get("name").and_then(|v| v.as_str()).map(str::to_string);
+                s.requires_python = p.get("requires-python").and_then(|v| v.as_str()).map(str::to_string);
+                s.version = p.get("version").and_then(|v| v.as_str()).map(str::to_string);
+                s.dependencies.extend(strings(p.get("dependencies")));
+                if let Some(extras) = p.get("optional-dependencies").and_then(|v| v.as_table()) {
+                    for key in ["test", "tests", "testing"] {
+                        s.test_requirements.extend(strings(extras.get(key)));
+                    }
+                }
+            }
+            if let Some(groups) = doc.get("dependency-groups").and_then(|v| v.as_table()) {
+                for key in ["test", "tests", "testing"] {
+                    s.test_requirements.extend(strings(groups.get(key)));
+                }
+            }
+        }
+    }
+    if let Some(text) = read("setup.cfg") {
+        s.files.push("setup.cfg".into());
+        let get = |section: &str, key: &str| ini_value(&text, section, key);
+        if s.name.is_none() {
+            s.name = get("metadata", "name").map(|v| v.trim().to_string());
+        }
+        if s.requires_python.is_none() {
+            s.requires_python = get("options", "python_requires").map(|v| v.trim().to_string());
+        }
+        if s.version.is_none() {
+            s.version = get("metadata", "version").map(|v| v.trim().to_string());
+        }
+        if s.dependencies.is_empty() {
+            s.dependencies.extend(get("options", "install_requires").map(|v| lines(&v)).unwrap_or_default());
+        }
+        for key in ["test", "tests", "testing"] {
+            s.test_requirements.extend(get("options.extras_require", key).map(|v| lines(&v)).unwrap_or_default());
+        }
+    }
+    if let Some(text) = read("setup.py") {
+        s.files.push("setup.py".into());
+        let list = |re: &str| -> Vec<String> {
+            regex::Regex::new(re).ok().and_then(|r| r.captures(&text)).map(|c| quoted(&c[1])).unwrap_or_default()
+        };
+        if s.dependencies.is_empty() {
+            s.dependencies = list(r"(?s)install_requires\s*=\s*\[(.*?)\]");
+        }
+        if s.test_requirements.is_empty() {
+            s.test_requirements = list(r#"(?s)["']tests?["']\s*:\s*\[(.*?)\]"#);
+        }
+        if s.name.is_none() {
+            s.name = list(r#"(?s)\bname\s*=\s*(["'][^"']+["'])"#).into_iter().next();
+        }
+        if s.requires_python.is_none() {
+            s.requires_python = list(r#"(?s)python_requires\s*=\s*(["'][^"']+["'])"#).into_iter().next();
+        }
+        if s.version.is_none() {
+            s.version = list(r#"(?s)\bversion\s*=\s*(["'][^"']+["'])"#).into_iter().next();
+        }
+    }
+    s.version = package_version(s.version.take(), s.name.as_deref(), read);
+    // A test requirements file (pinned by pip-compile in many projects: the pins of the PR's
+    // day), else tox's test deps.
+    const FILES: &[&str] = &[
+        "requirements/tests.txt",
+        "requirements/test.txt",
+        "requirements/testing.txt",
+        "requirements-test.txt",
+        "requirements-tests.txt",
+        "requirements_test.txt",
+        "test-requirements.txt",
+        "test_requirements.txt",
+        "tests/requirements.txt",
+        "requirements/tests.in",
+        "requirements/test.in",
+    ];
+    let mut found = false;
+    for f in FILES {
+        if let Some(reqs) = requirements_file(f, read, &mut s.files, 0) {
+            s.test_requirements.extend(reqs);
+            found = true;
+            break;
+        }
+    }
+    if !found {
+        if let Some(text) = read("tox.ini") {
+            s.files.push("tox.ini".into());
+            let deps = ini_value(&text, "testenv", "deps").unwrap_or_default();
+            for line in lines(&deps) {
+                let line = line.replace("{toxinidir}/", "");
+                let Some(line) = tox_dep(&line) else { continue };
+                if let Some(file) = line.strip_prefix("-r").map(str::trim) {
+                    s.test_requirements.extend(requirements_file(file, read, &mut s.files, 0).unwrap_or_default());
+                } else if !line.starts_with('-') && !line.starts_with('.') && !line.contains('{') {
+                    s.test_requirements.push(line);
+                }
+            }
+        }
+    }
+    s
+}
+
+/// The version a tree states: given, or behind `attr: pkg.__version__`, or the package's
+/// `__version__` (under `src/` or at the top).
+fn package_version(given: Option<String>, name: Option<&str>, read: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    let re = regex::Regex::new(r#"(?m)^__version__\s*(?::\s*str\s*)?=\s*["']([^"']+)["']"#).expect("a valid pattern");
+    let from_init = |module: &str| -> Option<String> {
+        let rel = module.replace('.', "/");
+        ["src/", ""].iter().find_map(|prefix| {
+            let text = read(&format!("{prefix}{rel}/__init__.py")).or_else(|| read(&format!("{prefix}{rel}.py")))?;
+            re.captures(&text).map(|c| c[1].to_string())
+        })
+    };
+    match given {
+        Some(v) if v.starts_with("attr:") => {
+            let attr = v.trim_start_matches("attr:").trim();
+            from_init(attr.rsplit_once('.').map_or(attr, |(m, _)| m))
+        }
+        Some(v) if !v.is_empty() && !v.contains('{') => Some(v),
+        _ => from_init(&name?.to_ascii_lowercase().replace('-', "_")),
+    }
+}
+
+/// `major.minor` of a version (what SWE-bench's `version` holds).
+pub fn major_minor(version: &str) -> String {
+    version.split('.').take(2).collect::<Vec<_>>().join(".")
+}
+
+/// A line of tox's `deps`: `factor: dep` keeps `dep` unless every factor names a Python version
+/// (`py26,py33: py<1.5` pins for interpreters of their own).
+fn tox_dep(line: &str) -> Option<String> {
+    let re = regex::Regex::new(r"^([A-Za-z0-9_,!\-]+):\s+(.*)$").expect("a valid pattern");
+    let Some(c) = re.captures(line) else { return Some(line.to_string()) };
+    let version = regex::Regex::new(r"^!?(py|pypy)\d*$").expect("a valid pattern");
+    if c[1].split(',').all(|f| version.is_match(f)) {
+        None
+    } else {
+        Some(c[2].trim().to_string())
+    }
+}
+
+/// The requirement lines of a requirements file and of the files it includes with `-r`.
+fn requirements_file(
+    path: &str,
+    read: &dyn Fn(&str) -> Option<String>,
+    files: &mut Vec<String>,
+    depth: usize,
+) -> Option<Vec<String>> {
+    if depth > 3 || files.iter().any(|f| f == path) {
+        return Some(Vec::new());
+    }
+    let text = read(path)?;
+    files.push(path.to_string());
+    let dir = Path::new(path).parent().map(|p| p.to_string_lossy().to_string()).unwrap_or_default();
+    let mut out = Vec::new();
+    for line in text.replace("\\\n", " ").lines() {
+        let line = line.split(" #").next().unwrap_or("").trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(inc) = line.strip_prefix("-r ").or_else(|| line.strip_prefix("--requirement ")) {
+            let inc = inc.trim();
+            let joined = if dir.is_empty() { inc.to_string() } else { format!("{dir}/{inc}") };
+            out.extend(requirements_file(&joined, read, files, depth + 1).unwrap_or_default());
+            continue;
+        }
+        if line.starts_with('-') || line.starts_with('.') || line.contains("://") {
+            continue;
+        }
+        let req = line.split(" --hash").next().unwrap_or(line).trim().to_string();
+        out.push(req);
+    }
+    Some(out)
+}
+
+fn strings(v: Option<&toml::Value>) -> Vec<String> {
+    v.and_then(|v| v.as_array())
+        .map(|a| a.iter().filter_map(|x| x.as_str()).map(str::to_string).collect())
+        .unwrap_or_default()
+}
+
+/// The quoted strings of a Python list's text.
+fn quoted(text: &str) -> Vec<String> {
+    let re = regex::Regex::new(r#""([^"]*)"|'([^']*)'"#).expect("a valid pattern");
+    re.captures_iter(text)
+        .filter_map(|c| c.get(1).or_else(|| c.get(2)).map(|m| m.as_str().trim().to_string()))
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// A value of an INI file's section, continuation lines included.
+fn ini_value(text: &str, section: &str, key: &str) -> Option<String> {
+    let mut in_section = false;
+    let mut value: Option<String> = None;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with('[') && t.ends_with(']') {
+            if value.is_some() {
+                break;
+            }
+            in_section = &t[1..t.len() - 1] == section;
+            continue;
+        }
+        if !in_section {
+            continue;
+        }
+        if let Some(v) = value.as_mut() {
+            if line.starts_with(' ') || line.starts_with('\t') || t.is_empty() {
+                v.push('\n');
+                v.push_str(t);
+                continue;
+            }
+            break;
+        }
+        if let Some((k, v)) = t.split_once('=') {
+            if k.trim() == key {
+                value = Some(v.trim().to_string());
+            }
+        }
+    }
+    value
+}
+
+/// The non-empty, non-comment lines of a multi-line value.
+fn lines(v: &str) -> Vec<String> {
+    v.lines().map(|l| l.split('#').next().unwrap_or("").trim()).filter(|l| !l.is_empty()).map(str::to_string).collect()
+}
+
+/// PEP 503's normal form of a requirement's name.
+pub fn normalize(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        let c = if c == '_' || c == '.' { '-' } else { c.to_ascii_lowercase() };
+        if !(c == '-' && out.ends_with('-')) {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The name of a requirement line (`MarkupSafe>=2.0; python_version...` → `markupsafe`).
+pub fn requirement_name(req: &str) -> String {
+    let end = req.find(|c: char| !(c.is_ascii_alphanumeric() || "-_.".contains(c))).unwrap_or(req.len());
+    normalize(&req[..end])
+}
+
+/// Test tooling: what may float to a release that runs on the interpreter.
+pub fn is_tooling(name: &str) -> bool {
+    name == "pytest"
+        || name.starts_with("pytest-")
+        || ["py", "pluggy", "iniconfig", "atomicwrites", "more-itertools", "wcwidth", "exceptiongroup", "tomli"]
+            .contains(&name)
+}
+
+/// A requirement without its version pin (extras and markers kept).
+fn relaxed_requirement(req: &str) -> String {
+    let name_end = req.find(|c: char| !(c.is_ascii_alphanumeric() || "-_.[],".contains(c))).unwrap_or(req.len());
+    let marker = req.find(';').map(|i| &req[i..]).unwrap_or("");
+    format!("{}{}", req[..name_end].trim(), if marker.is_empty() { String::new() } else { format!(" {marker}") })
+}
+
+/// Build backends: what builds a source distribution, floated to the interpreter's months.
+const BUILD_BACKENDS: &[&str] =
+    &["setuptools", "wheel", "flit-core", "hatchling", "poetry-core", "setuptools-scm", "pdm-backend", "cython"];
+
+/// When each Python minor was released: tooling relaxed for it resolves as of two months
+/// later (its first releases that support it).
+fn interpreter_floor(minor: &str) -> Option<&'static str> {
+    Some(match minor {
+        "3.8" => "2019-12-14T00:00:00Z",
+        "3.9" => "2020-12-05T00:00:00Z",
+        "3.10" => "2021-12-04T00:00:00Z",
+        "3.11" => "2022-12-24T00:00:00Z",
+        "3.12" => "2023-12-02T00:00:00Z",
+        "3.13" => "2024-12-07T00:00:00Z",
+        "3.14" => "2025-12-07T00:00:00Z",
+        _ => return None,
+    })
+}
+
+/// A row of `environments`.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct EnvRow {
+    pub repo_name: String,
+    pub env_key: String,
+    pub language: String,
+    pub interpreter: String,
+    pub spec_files: Vec<String>,
+    pub requirements: Vec<String>,
+    pub packages: Vec<String>,
+    pub relaxed: Vec<String>,
+    pub resolved_as_of: String,
+    pub status: String,
+    pub reason: String,
+    pub seconds: f64,
+}
+
+/// An environment ready to run tests in.
+#[derive(Debug, Clone)]
+pub struct Env {
+    pub key: String,
+    pub venv: PathBuf,
+    pub row: EnvRow,
+}
+
+/// The environment of `spec` as of `as_of`, built or taken from the cache; `Err(row)` says
+/// why it could not be (the row has status `failed`).
+pub fn prepare(
+    repo: &str,
+    spec: &Spec,
+    as_of: &str,
+    tools: &Tools,
+    sandbox: &super::sandbox::Sandbox,
+    relax_tooling: bool,
+) -> std::result::Result<Env, Box<EnvRow>> {
+    let started = Instant::now();
+    let mut row = EnvRow {
+        repo_name: repo.to_string(),
+        env_key: String::new(),
+        language: "python".into(),
+        interpreter: format!("python {}", tools.python_version),
+        spec_files: spec.files.clone(),
+        requirements: spec.requirements(false),
+        packages: Vec::new(),
+        relaxed: Vec::new(),
+        resolved_as_of: as_of.to_string(),
+        status: "failed".into(),
+        reason: String::new(),
+        seconds: 0.0,
+    };
+    row.env_key = key_of(&format!("inputs\n{}\n{as_of}\n{}", tools.python_version, row.requirements.join("\n")));
+    let fail = |mut row: EnvRow, reason: String| {
+        row.reason = one_line(&reason);
+        row.seconds = 0.0;
+        Err(Box::new(row))
+    };
+    // Build backends float to the interpreter's first months (or the PR's day, if later): the
+    // setuptools of 2017 cannot build an sdist on Python 3.11, and uv asks for setuptools>=40.8.0
+    // for an sdist without a pyproject.toml. They build packages; they are not what is tested.
+    let floor = interpreter_floor(&tools.python_minor()).unwrap_or(as_of);
+    let floor = if as_of > floor { as_of } else { floor };
+    let builders: Vec<String> = BUILD_BACKENDS.iter().map(|n| format!("{n}={floor}")).collect();
+    let (first, first_err) = match resolve(tools, &row.requirements, as_of, &builders) {
+        Ok(lock) => (lock, None),
+        Err(e) => (Vec::new(), Some(format!("{e:#}"))),
+    };
+    let relaxable = relax_tooling && row.requirements.iter().any(|r| is_tooling(&requirement_name(r)));
+    let mut built = match &first_err {
+        Some(e) if !relaxable => return fail(row, e.clone()),
+        Some(e) => Err(anyhow::anyhow!("{e}")),
+        None => install(tools, &first, sandbox),
+    };
+    let mut packages = first.clone();
+    if built.is_err() && relaxable {
+        // The tooling of the PR's day did not resolve or does not start here: float it, with
+        // what it needs, to what resolves on this interpreter as of the floor date. Its closure
+        // is found by resolving the tooling alone then; every other package stays as of the PR.
+        let reqs = spec.requirements(true);
+        let mut tooling: Vec<String> = reqs.iter().filter(|r| is_tooling(&requirement_name(r))).cloned().collect();
+        if !tooling.iter().any(|r| requirement_name(r) == "pytest") {
+            tooling.push("pytest".into());
+        }
+        let closure = match resolve(tools, &tooling, floor, &builders) {
+            Ok(lock) => lock,
+            Err(e) => {
+                let first_err = built.err().map(|e| format!("{e:#}")).unwrap_or_default();
+                return fail(row, format!("{first_err}; the test tooling alone as of {floor}: {e:#}"));
+            }
+        };
+        let floated: BTreeSet<String> = closure.iter().map(|p| requirement_name(p)).collect();
+        let mut per_package: Vec<String> = floated.iter().map(|n| format!("{n}={floor}")).collect();
+        per_package
+            .extend(builders.iter().filter(|b| !floated.iter().any(|n| b.starts_with(&format!("{n}=")))).cloned());
+        match resolve(tools, &reqs, as_of, &per_package) {
+            Ok(lock) => {
+                let before: BTreeSet<&String> = first.iter().collect();
+                row.relaxed = lock
+                    .iter()
+                    .filter(|p| floated.contains(&requirement_name(p)) && !before.contains(p))
+                    .map(|p| {
+                        let old = first.iter().find(|o| requirement_name(o) == requirement_name(p));
+                        match old {
+                            Some(o) => format!("{o} -> {p}"),
+                            None => format!("(none) -> {p}"),
+                        }
+                    })
+                    .collect();
+                row.requirements = reqs;
+                built = install(tools, &lock, sandbox);
+                packages = lock;
+            }
+            Err(e) => {
+                let first_err = built.err().map(|e| format!("{e:#}")).unwrap_or_default();
+                return fail(row, format!("{first_err}; with the test tooling relaxed: {e:#}"));
+            }
+        }
+    }
+    row.packages = packages;
+    match built {
+        Ok((key, venv, fresh)) => {
+            row.env_key = key.clone();
+            row.status = "ready".into();
+            row.seconds = if fresh { started.elapsed().as_secs_f64() } else { 0.0 };
+            Ok(Env { key, venv, row })
+        }
+        Err(e) => fail(row, format!("{e:#}")),
+    }
+}
+
+/// `name==version` lines resolved by uv for `requirements` as of `as_of`, cached on disk by
+/// the question (a rerun asks the registry nothing).
+fn resolve(tools: &Tools, requirements: &[String], as_of: &str, per_package: &[String]) -> Result<Vec<String>> {
+    let question = format!(
+        "python {}\nas of {as_of}\n{}\n--\n{}",
+        tools.python_version,
+        requirements.join("\n"),
+        per_package.join("\n")
+    );
+    let key = key_of(&question);
+    let dir = tools.root.join("locks");
+    std::fs::create_dir_all(&dir)?;
+    let lock_path = dir.join(format!("{key}.txt"));
+    if let Ok(text) = std::fs::read_to_string(&lock_path) {
+        return Ok(lock_lines(&text));
+    }
+    let input = dir.join(format!("{key}.in"));
+    std::fs::write(&input, requirements.join("\n") + "\n")?;
+    let staging = dir.join(format!("{key}.{}.tmp", std::process::id()));
+    let mut cmd = tools.uv();
+    cmd.args(["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--exclude-newer", as_of, "--python"])
+        .arg(&tools.python)
+        .arg("-o")
+        .arg(&staging)
+        .arg(&input);
+    for p in per_package {
+        cmd.args(["--exclude-newer-package", p]);
+    }
+    let out = cmd.output().context("running uv pip compile")?;
+    if !out.status.success() {
+        let _ = std::fs::remove_file(&staging);
+        bail!("resolving as of {as_of}: {}", last_error(&String::from_utf8_lossy(&out.stderr)));
+    }
+    std::fs::rename(&staging, &lock_path)?;
+    Ok(lock_lines(&std::fs::read_to_string(&lock_path)?))
+}
+
+fn lock_lines(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text
+        .lines()
+        .map(|l| l.split(" #").next().unwrap_or("").trim())
+        .filter(|l| !l.is_empty() && !l.starts_with('#') && !l.starts_with('-'))
+        .map(str::to_string)
+        .collect();
+    v.sort_by_key(|l| requirement_name(l));
+    v
+}
+
+/// Installs `lock` into the environment named by its hash (or finds it ready), and checks
+/// that the test runner starts in the sandbox. Answers (key, venv, built now).
+fn install(tools: &Tools, lock: &[String], sandbox: &super::sandbox::Sandbox) -> Result<(String, PathBuf, bool)> {
+    let key = key_of(&format!("python {}\n{}", tools.python_version, lock.join("\n")));
+    let venv = tools.root.join("envs").join(&key);
+    let ready = venv.join(".swelake-ready");
+    if ready.is_file() {
+        return Ok((key, venv, false));
+    }
+    {
+        let _ = std::fs::remove_dir_all(&venv);
+        std::fs::create_dir_all(venv.parent().expect("under envs"))?;
+        let out = tools.uv().args(["venv", "--quiet", "--python"]).arg(&tools.python).arg(&venv).output()?;
+        if !out.status.success() {
+            bail!("creating the venv: {}", last_error(&String::from_utf8_lossy(&out.stderr)));
+        }
+        let lock_file = venv.join("requirements.lock");
+        std::fs::write(&lock_file, lock.join("\n") + "\n")?;
+        let out = tools
+            .uv()
+            .args(["pip", "install", "--quiet", "--no-deps", "--python"])
+            .arg(venv.join("bin").join("python"))
+            .arg("-r")
+            .arg(&lock_file)
+            .output()?;
+        if !out.status.success() {
+            let _ = std::fs::remove_dir_all(&venv);
+            bail!("installing: {}", last_error(&String::from_utf8_lossy(&out.stderr)));
+        }
+    }
+    // The runner must start here, in the sandbox, before any PR is judged by it.
+    let scratch = tempfile::Builder::new().prefix("probe-").tempdir_in(&tools.root)?;
+    let log = scratch.path().join("probe.log");
+    let mounts = super::sandbox::Mounts {
+        read_only: vec![tools.python_prefix.clone(), venv.clone()],
+        writable: vec![scratch.path().to_path_buf()],
+    };
+    let argv =
+        vec![venv.join("bin/python").to_string_lossy().to_string(), "-m".into(), "pytest".into(), "--version".into()];
+    let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string()), ("HOME".to_string(), "/tmp".to_string())];
+    let exit = sandbox.run(&argv, scratch.path(), &env, &mounts, &log, std::time::Duration::from_secs(60))?;
+    if exit.code != Some(0) {
+        let _ = std::fs::remove_file(&ready);
+        bail!(
+            "pytest does not start on python {}: {}",
+            tools.python_version,
+            last_error(&super::sandbox::tail(&log, 5))
+        );
+    }
+    std::fs::write(&ready, lock.join("\n") + "\n")?;
+    Ok((key, venv, true))
+}
+
+/// 16 hex digits of FNV-1a: a cache key.
+pub fn key_of(text: &str) -> String {
+    format!("{:016x}", crate::hash::fnv1a_str(text))
+}
+
+/// The most telling line of a tool's error output.
+fn last_error(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    let pick: Vec<&str> = lines.iter().rev().take(3).rev().copied().collect();
+    one_line(&pick.join(" / "))
+}
+
+pub fn one_line(s: &str) -> String {
+    let s: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if s.chars().count() > 400 {
+        format!("{}…", s.chars().take(400).collect::<String>())
+    } else {
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_setup_cfg_project_with_a_pinned_test_file_reads_as_its_tree_says() {
+        let files = |p: &str| -> Option<String> {
+            match p {
+                "src/jinja2/__init__.py" => Some("\"\"\"Jinja\"\"\"\n__version__ = \"3.1.0.dev0\"\n".into()),
+                "setup.cfg" => Some("[metadata]\nname = Jinja2\nversion = attr: jinja2.__version__\n\n[options]\npackages = find:\ninstall_requires =\n    MarkupSafe>=2.0\npython_requires = >=3.7\n\n[options.extras_require]\ni18n =\n    Babel>=2.7\n".into()),
+                "setup.py" => Some("from setuptools import setup\nsetup(name=\"Jinja2\")\n".into()),
+                "requirements/tests.txt" => Some("# comment\nattrs==21.4.0\n    # via pytest\npytest==7.1.2\n    # via -r requirements/tests.in\n-r base.txt\n".into()),
+                "requirements/base.txt" => Some("tomli==2.0.1 ; python_version < \"3.11\"\n".into()),
+                _ => None,
+            }
+        };
+        let s = read_spec(&files);
+        assert_eq!(s.files, ["setup.cfg", "setup.py", "requirements/tests.txt", "requirements/base.txt"]);
+        assert_eq!(s.name.as_deref(), Some("Jinja2"));
+        assert_eq!(s.requires_python.as_deref(), Some(">=3.7"));
+        assert_eq!(s.dependencies, ["MarkupSafe>=2.0"]);
+        assert_eq!(s.version.as_deref(), Some("3.1.0.dev0"));
+        assert_eq!(major_minor("3.1.0.dev0"), "3.1");
+        assert_eq!(
+            s.requirements(false),
+            ["MarkupSafe>=2.0", "attrs==21.4.0", "pytest==7.1.2", "tomli==2.0.1 ; python_version < \"3.11\""]
+        );
+        assert_eq!(
+            s.requirements(true),
+            ["MarkupSafe>=2.0", "attrs==21.4.0", "pytest", "tomli ; python_version < \"3.11\""]
+        );
+    }
+
+    #[test]
+    fn a_pyproject_project_drops_itself_and_gains_pytest() {
+        let files = |p: &str| -> Option<String> {
+            (p == "pyproject.toml").then(|| {
+                "[project]\nname = \"click_extra\"\ndependencies = [\"click-extra>=1\", \"colorama; platform_system == 'Windows'\"]\nrequires-python = \">=3.8\"\n".into()
+            })
+        };
+        let s = read_spec(&files);
+        assert!(s.is_python());
+        assert_eq!(s.requirements(false), ["colorama; platform_system == 'Windows'", "pytest"]);
+        assert_eq!(requirement_name("MarkupSafe>=2.0"), "markupsafe");
+        assert_eq!(tox_dep("normal: pyopenssl").as_deref(), Some("pyopenssl"));
+        assert_eq!(tox_dep("py26,py33: py<1.5"), None);
+        assert_eq!(tox_dep("pytest-xprocess").as_deref(), Some("pytest-xprocess"));
+        assert_eq!(requirement_name("zope.interface[test]"), "zope-interface");
+    }
+}

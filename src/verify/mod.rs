@@ -1,0 +1,841 @@
+//! Instances that run: for every kept, snapshotted PR that changes a test file, the PR's own
+//! tests run as SWE-bench defines it — (a) the merge base with the PR's test changes, (b) with
+//! its code changes too, each side `repeat` times — in a sandbox without Docker
+//! ([`sandbox`]: bubblewrap) and in an environment of the PR's own day ([`env`]: uv against
+//! the registries as they were then). `FAIL_TO_PASS` fails in every run of (a) and passes in
+//! every run of (b); `PASS_TO_PASS` passes in all; a test whose outcome changes between
+//! repeats is flaky and in neither. Every PR gets a status and a one-line reason.
+//!
+//! Input: `pr_quality`, `pull_requests`, `pr_snapshots`, the git mirrors. Output:
+//! `environments`, `pr_tests`, `pr_verification` (the watermark: a rerun does the PRs without
+//! a verdict for their current merge base and head). Not part of `run --all` unless `--verify`
+//! or `[verify] enabled = true`: it runs untrusted code.
+//!
+//! Python only so far: a tree without a Python project gets `toolchain_unavailable`.
+
+pub mod env;
+pub mod evaluate;
+pub mod outcomes;
+pub mod sandbox;
+pub mod tree;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use git2::{Oid, Repository};
+use serde::{Deserialize, Serialize};
+
+use crate::git::Mirrors;
+use crate::lake::rows::to_batch;
+use crate::lake::runs::{self, RunRecord};
+use crate::lake::Lake;
+use crate::stage::{JobSummary, Need, Stage, StageCtx, Unit};
+use outcomes::{TestResult, Verdict};
+
+pub const ENVIRONMENTS: &str = "environments";
+pub const PR_TESTS: &str = "pr_tests";
+pub const PR_VERIFICATION: &str = "pr_verification";
+
+/// Every status a PR can get, in the order the card lists them.
+pub const STATUSES: &[&str] = &[
+    "verified",
+    "no_fail_to_pass",
+    "flaky",
+    "env_failed",
+    "tests_not_found",
+    "patch_failed",
+    "timeout",
+    "toolchain_unavailable",
+    "no_test_change",
+];
+
+/// The `[verify]` section of the curation config.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyConfig {
+    pub enabled: bool,
+    pub repeat: u32,
+    pub timeout_secs: u64,
+    pub python: String,
+    pub uv_version: String,
+    pub sandbox: String,
+    pub memory_mb: u64,
+    pub max_processes: u64,
+    pub relax_tooling: bool,
+    pub whole_suite: bool,
+    pub keep_trees: bool,
+    /// At most this many PRs per run (0: all); the next run goes on where it stopped.
+    pub max_prs_per_run: usize,
+    /// Where locks, environments and scratch trees go ("" : CACHE/.verify beside the mirrors).
+    pub dir: String,
+}
+
+impl Default for VerifyConfig {
+    fn default() -> Self {
+        crate::config::default_section("verify")
+    }
+}
+
+/// SWE-bench's rule for test files (`swebench.collect.utils.extract_patches`): the path
+/// contains `test` (so also `tests`, `testing`) or `e2e`.
+pub fn is_test_path(path: &str) -> bool {
+    path.contains("test") || path.contains("e2e")
+}
+
+/// The verify stage.
+pub struct Verify;
+
+#[async_trait::async_trait(?Send)]
+impl Stage for Verify {
+    fn name(&self) -> &'static str {
+        "verify"
+    }
+
+    fn description(&self) -> &'static str {
+        "FAIL_TO_PASS and PASS_TO_PASS of every kept PR that changes a test, run in a sandbox in an environment of \
+         the PR's day (runs untrusted code: only with --verify or [verify] enabled = true)."
+    }
+
+    fn inputs(&self) -> &'static [&'static str] {
+        &["pr_quality", "pull_requests", "pr_snapshots"]
+    }
+
+    fn outputs(&self) -> &'static [&'static str] {
+        &[ENVIRONMENTS, PR_TESTS, PR_VERIFICATION]
+    }
+
+    fn unit(&self) -> Unit {
+        Unit::Column("repo_name")
+    }
+
+    fn depends_on(&self) -> &'static [&'static str] {
+        &["filters"]
+    }
+
+    fn config_section(&self) -> Option<&'static str> {
+        Some("verify")
+    }
+
+    fn needs(&self) -> &'static [Need] {
+        &[Need::Repositories]
+    }
+
+    fn skip(&self, ctx: &StageCtx<'_>) -> Option<String> {
+        let cfg = ctx.config::<VerifyConfig>();
+        (!ctx.named && !cfg.enabled)
+            .then(|| "it runs the PRs' own tests (untrusted code): pass --verify or set [verify] enabled = true".into())
+    }
+
+    async fn run(&self, lake: &Lake, ctx: &StageCtx<'_>) -> Result<JobSummary> {
+        let cfg = ctx.config::<VerifyConfig>();
+        Ok(run(lake, &ctx.scope()?, &cfg).await?.into())
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct VerifySummary {
+    pub repos_processed: Vec<String>,
+    pub prs_in_scope: usize,
+    pub prs_already_done: usize,
+    /// Due, but past `max_prs_per_run`.
+    pub prs_left_for_later: usize,
+    pub by_status: BTreeMap<String, usize>,
+    pub environments_built: usize,
+    pub environments_reused: usize,
+    pub tests: usize,
+    pub seconds_running: f64,
+}
+
+impl From<VerifySummary> for JobSummary {
+    fn from(s: VerifySummary) -> JobSummary {
+        let mut notes = BTreeMap::from([
+            ("prs_verified_now".to_string(), s.by_status.values().sum::<usize>() as i64),
+            ("prs_already_done".to_string(), s.prs_already_done as i64),
+            ("prs_left_for_later".to_string(), s.prs_left_for_later as i64),
+            ("environments_built".to_string(), s.environments_built as i64),
+            ("environments_reused".to_string(), s.environments_reused as i64),
+        ]);
+        for (k, v) in &s.by_status {
+            notes.insert(format!("status:{k}"), *v as i64);
+        }
+        let mut partitions = s.repos_processed.clone();
+        partitions.sort();
+        JobSummary { partitions, rows_out: s.by_status.values().sum::<usize>() as u64, notes, ..Default::default() }
+    }
+}
+
+/// A kept, snapshotted PR.
+#[derive(Debug, Clone, Deserialize)]
+pub struct PrRef {
+    pub repo_name: String,
+    pub pr_number: i64,
+    pub merge_base: String,
+    pub head_sha: String,
+    /// RFC 3339, UTC.
+    pub merged_at: String,
+}
+
+/// A row of `pr_verification`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct VerificationRow {
+    pub repo_name: String,
+    pub pr_number: i64,
+    pub status: String,
+    pub reason: String,
+    pub fail_to_pass: Vec<String>,
+    pub pass_to_pass: Vec<String>,
+    pub flaky: Vec<String>,
+    pub test_files: Vec<String>,
+    pub env_key: String,
+    pub merge_base: String,
+    pub head_sha: String,
+    pub package_version: String,
+    pub log_tail: String,
+    pub seconds: f64,
+}
+
+/// A row of `pr_tests`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TestRow {
+    pub repo_name: String,
+    pub pr_number: i64,
+    pub test_id: String,
+    pub side: String,
+    pub run: i64,
+    pub outcome: String,
+    pub seconds: f64,
+}
+
+/// Everything one PR produced.
+pub struct PrResult {
+    pub verification: VerificationRow,
+    pub tests: Vec<TestRow>,
+    pub env: Option<env::EnvRow>,
+}
+
+const PRS_SQL: &str = include_str!("../../sql/verify_prs.sql");
+
+/// Verifies every kept PR in scope without a verdict for its current SHAs.
+pub async fn run(lake: &Lake, scope: &crate::git::Scope, cfg: &VerifyConfig) -> Result<VerifySummary> {
+    let mut summary = VerifySummary::default();
+    let ctx = lake.session().await?;
+    let prs: Vec<PrRef> = crate::query::rows(&ctx, PRS_SQL).await.context("sql/verify_prs.sql")?;
+    let prs: Vec<PrRef> = prs
+        .into_iter()
+        .filter(|p| scope.includes(&p.repo_name) && scope.shard.as_ref().is_none_or(|s| s.owns(&p.repo_name)))
+        .collect();
+    summary.prs_in_scope = prs.len();
+    let done: BTreeSet<(String, i64, String, String)> = if lake.has_table(PR_VERIFICATION).await? && !scope.force {
+        crate::query::rows::<(String, i64, String, String)>(
+            &ctx,
+            "SELECT repo_name, pr_number, merge_base, head_sha FROM pr_verification",
+        )
+        .await?
+        .into_iter()
+        .collect()
+    } else {
+        BTreeSet::new()
+    };
+    let mut by_repo: BTreeMap<String, Vec<PrRef>> = BTreeMap::new();
+    let mut due = 0;
+    for p in prs {
+        if done.contains(&(p.repo_name.clone(), p.pr_number, p.merge_base.clone(), p.head_sha.clone())) {
+            summary.prs_already_done += 1;
+        } else if cfg.max_prs_per_run == 0 || due < cfg.max_prs_per_run {
+            due += 1;
+            by_repo.entry(p.repo_name.clone()).or_default().push(p);
+        } else {
+            summary.prs_left_for_later += 1;
+        }
+    }
+    if by_repo.is_empty() {
+        return Ok(summary);
+    }
+    let sandbox = sandbox::Sandbox::new(&cfg.sandbox, cfg.memory_mb, cfg.max_processes)?;
+    let tools = env::Tools::prepare(cfg, &scope.mirrors.cache_dir)?;
+    let known_envs: BTreeSet<String> = if lake.has_table(ENVIRONMENTS).await? {
+        crate::query::rows::<(String,)>(&lake.session().await?, "SELECT env_key FROM environments")
+            .await?
+            .into_iter()
+            .map(|(k,)| k)
+            .collect()
+    } else {
+        BTreeSet::new()
+    };
+    let mut seen_envs = known_envs;
+    for (repo_name, prs) in by_repo {
+        let started = Instant::now();
+        let total = prs.len();
+        let mut results: Vec<PrResult> = Vec::new();
+        for (k, chunk) in prs.chunks(8).enumerate() {
+            let job = Job {
+                mirrors: scope.mirrors.clone(),
+                repo_name: repo_name.clone(),
+                prs: chunk.to_vec(),
+                cfg: cfg.clone(),
+                tools: tools.clone(),
+                sandbox: sandbox.clone(),
+            };
+            let show = scope.show_progress;
+            let offset = k * 8;
+            let chunk_results = tokio::task::spawn_blocking(move || job.run(show, offset, total)).await??;
+            write(lake, &repo_name, &chunk_results, &mut seen_envs, &mut summary).await?;
+            results.extend(chunk_results);
+        }
+        summary.repos_processed.push(repo_name.clone());
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in &results {
+            *counts.entry(r.verification.status.as_str()).or_default() += 1;
+        }
+        let rec = RunRecord::ok(
+            "verify",
+            &repo_name,
+            results.len() as u64,
+            counts.get("verified").copied().unwrap_or(0) as u64,
+            0,
+            None,
+            serde_json::json!({ "by_status": counts }),
+        )
+        .timed(started.elapsed().as_secs_f64());
+        runs::record(lake, rec).await?;
+    }
+    Ok(summary)
+}
+
+/// One repository's PRs, worked on a blocking thread (libgit2 and child processes).
+struct Job {
+    mirrors: Mirrors,
+    repo_name: String,
+    prs: Vec<PrRef>,
+    cfg: VerifyConfig,
+    tools: env::Tools,
+    sandbox: sandbox::Sandbox,
+}
+
+impl Job {
+    fn run(self, show_progress: bool, offset: usize, total: usize) -> Result<Vec<PrResult>> {
+        let repo = self.mirrors.open(&self.repo_name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
+        let mut out = Vec::new();
+        for (i, pr) in self.prs.iter().enumerate() {
+            let r = verify_pr(&repo, pr, &self.cfg, &self.tools, &self.sandbox);
+            if show_progress {
+                eprintln!(
+                    "verify {}#{} ({}/{total}): {} — {} ({:.1}s)",
+                    pr.repo_name,
+                    pr.pr_number,
+                    offset + i + 1,
+                    r.verification.status,
+                    r.verification.reason,
+                    r.verification.seconds
+                );
+            }
+            out.push(r);
+        }
+        Ok(out)
+    }
+}
+
+/// Writes one chunk of a repository's verdicts: its PRs' test rows replace their old ones, the
+/// verdicts are upserted, new environments added.
+async fn write(
+    lake: &Lake,
+    repo_name: &str,
+    results: &[PrResult],
+    seen_envs: &mut BTreeSet<String>,
+    summary: &mut VerifySummary,
+) -> Result<()> {
+    let numbers: Vec<String> = results.iter().map(|r| r.verification.pr_number.to_string()).collect();
+    if numbers.is_empty() {
+        return Ok(());
+    }
+    let pred = format!("repo_name = '{}' AND pr_number IN ({})", repo_name.replace('\'', "''"), numbers.join(", "));
+    lake.delete_where(PR_TESTS, &pred).await?;
+    let tests: Vec<&TestRow> = results.iter().flat_map(|r| &r.tests).collect();
+    summary.tests += tests.len();
+    if !tests.is_empty() {
+        lake.append_staged(PR_TESTS, &to_batch(PR_TESTS, &tests)?, &["test_id"]).await?;
+    }
+    let mut new_envs = Vec::new();
+    for r in results {
+        *summary.by_status.entry(r.verification.status.clone()).or_default() += 1;
+        summary.seconds_running += r.verification.seconds;
+        if let Some(e) = &r.env {
+            if seen_envs.insert(e.env_key.clone()) {
+                summary.environments_built += 1;
+                new_envs.push(e.clone());
+            } else {
+                summary.environments_reused += 1;
+            }
+        }
+    }
+    if !new_envs.is_empty() {
+        let batch = to_batch(ENVIRONMENTS, &new_envs)?;
+        lake.insert_absent(ENVIRONMENTS, &batch, &["repo_name", "env_key"], None, &[]).await?;
+    }
+    let rows: Vec<&VerificationRow> = results.iter().map(|r| &r.verification).collect();
+    let batch = to_batch(PR_VERIFICATION, &rows)?;
+    let keys = ["repo_name".to_string(), "pr_number".to_string()];
+    let file_key = format!("verify-{}", crate::verify::env::key_of(repo_name));
+    lake.upsert_rows(PR_VERIFICATION, &batch.schema(), &[batch], &keys, None, &file_key).await?;
+    Ok(())
+}
+
+/// The language of a tree, by the files that declare a project.
+fn language_of(has: &dyn Fn(&str) -> bool) -> &'static str {
+    if ["pyproject.toml", "setup.py", "setup.cfg"].iter().any(|f| has(f)) {
+        "python"
+    } else if has("package.json") {
+        "javascript"
+    } else if has("Cargo.toml") {
+        "rust"
+    } else if has("go.mod") {
+        "go"
+    } else {
+        "unknown"
+    }
+}
+
+/// A Python file of a test path that pytest can be pointed at: named on the command line,
+/// any module is collected (old suites such as `jinja2/testsuite/core_tags.py` are not named
+/// `test_*.py`); `conftest.py` and `__init__.py` hold fixtures, not tests.
+fn is_test_module(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    name.ends_with(".py") && name != "conftest.py" && name != "__init__.py"
+}
+
+/// A file's text at a commit.
+fn read_at(repo: &Repository, commit: Oid, path: &str) -> Option<String> {
+    let tree = repo.find_commit(commit).ok()?.tree().ok()?;
+    let entry = tree.get_path(Path::new(path)).ok()?;
+    let blob = repo.find_blob(entry.id()).ok()?;
+    Some(String::from_utf8_lossy(blob.content()).to_string())
+}
+
+/// Whether `version` (3.11.7) meets a PEP 440 specifier set (`>=3.7, !=3.8.*, <4`); clauses
+/// it cannot read are taken as met.
+pub fn python_meets(version: &str, spec: &str) -> bool {
+    let v: Vec<u64> = version.split('.').filter_map(|x| x.parse().ok()).collect();
+    let cmp = |other: &[u64]| -> std::cmp::Ordering {
+        for i in 0..other.len().max(v.len()) {
+            let (a, b) = (v.get(i).copied().unwrap_or(0), other.get(i).copied().unwrap_or(0));
+            if a != b {
+                return a.cmp(&b);
+            }
+        }
+        std::cmp::Ordering::Equal
+    };
+    spec.split(',').map(str::trim).filter(|c| !c.is_empty()).all(|clause| {
+        let op_end = clause.find(|c: char| c.is_ascii_digit()).unwrap_or(clause.len());
+        let (op, rest) = clause.split_at(op_end);
+        let rest = rest.trim();
+        let wildcard = rest.ends_with(".*");
+        let nums: Vec<u64> = rest.trim_end_matches(".*").split('.').filter_map(|x| x.parse().ok()).collect();
+        if nums.is_empty() {
+            return true;
+        }
+        let prefix_eq = v.len() >= nums.len() && v[..nums.len()] == nums[..];
+        use std::cmp::Ordering::*;
+        match (op.trim(), wildcard) {
+            (">=", _) => cmp(&nums) != Less,
+            (">", _) => cmp(&nums) == Greater,
+            ("<=", _) => cmp(&nums) != Greater,
+            ("<", _) => cmp(&nums) == Less,
+            ("==", true) => prefix_eq,
+            ("!=", true) => !prefix_eq,
+            ("==", false) | ("===", false) => cmp(&nums) == Equal,
+            ("!=", false) => cmp(&nums) != Equal,
+            ("~=", _) => {
+                let floor = cmp(&nums) != Less;
+                let keep = nums.len().saturating_sub(1).max(1);
+                floor && v.len() >= keep && v[..keep] == nums[..keep]
+            }
+            _ => true,
+        }
+    })
+}
+
+/// Verifies one PR: never an error, always a verdict.
+pub fn verify_pr(
+    repo: &Repository,
+    pr: &PrRef,
+    cfg: &VerifyConfig,
+    tools: &env::Tools,
+    sandbox: &sandbox::Sandbox,
+) -> PrResult {
+    let started = Instant::now();
+    let mut v = VerificationRow {
+        repo_name: pr.repo_name.clone(),
+        pr_number: pr.pr_number,
+        status: String::new(),
+        reason: String::new(),
+        fail_to_pass: Vec::new(),
+        pass_to_pass: Vec::new(),
+        flaky: Vec::new(),
+        test_files: Vec::new(),
+        env_key: String::new(),
+        merge_base: pr.merge_base.clone(),
+        head_sha: pr.head_sha.clone(),
+        package_version: String::new(),
+        log_tail: String::new(),
+        seconds: 0.0,
+    };
+    let mut result = PrResult { verification: v.clone(), tests: Vec::new(), env: None };
+    // Ok: the runs' verdict; Err: what stopped the PR before a verdict.
+    let outcome = (|| -> std::result::Result<(&'static str, String), (&'static str, String)> {
+        let plan = plan(repo, pr).map_err(|e| ("patch_failed", format!("{e:#}")))?;
+        v.test_files = plan.test_modules.clone();
+        if plan.test_paths.is_empty() {
+            return Err((
+                "no_test_change",
+                "the PR changes no test file (SWE-bench's rule: a path with test or e2e)".into(),
+            ));
+        }
+        let has = |p: &str| read_at(repo, plan.base, p).is_some();
+        let language = language_of(&has);
+        if language != "python" {
+            let why = match language {
+                "unknown" => {
+                    "no project file (pyproject.toml, setup.py, package.json, Cargo.toml, go.mod) at the merge base"
+                        .to_string()
+                }
+                l => format!("{l} environments are not built yet (Python only so far)"),
+            };
+            return Err(("toolchain_unavailable", why));
+        }
+        if plan.test_modules.is_empty() && !cfg.whole_suite {
+            return Err((
+                "tests_not_found",
+                format!(
+                    "the PR's test changes hold no test module (test_*.py, *_test.py): {}",
+                    plan.test_paths.join(", ")
+                ),
+            ));
+        }
+        let spec = env::read_spec(&|p| read_at(repo, plan.base, p));
+        v.package_version = spec.version.clone().unwrap_or_default();
+        if let Some(rp) = &spec.requires_python {
+            if !python_meets(&tools.python_version, rp) {
+                return Err((
+                    "env_failed",
+                    format!("requires-python {rp} is not met by python {}", tools.python_version),
+                ));
+            }
+        }
+        let env = match env::prepare(&pr.repo_name, &spec, &pr.merged_at, tools, sandbox, cfg.relax_tooling) {
+            Ok(e) => e,
+            Err(row) => {
+                let why = format!("environment as of {}: {}", pr.merged_at, row.reason);
+                v.env_key = row.env_key.clone();
+                result.env = Some(*row);
+                return Err(("env_failed", why));
+            }
+        };
+        v.env_key = env.key.clone();
+        result.env = Some(env.row.clone());
+        let work = work_dir(tools, pr);
+        let _ = std::fs::remove_dir_all(&work);
+        let sides = run_sides(repo, &plan, &env, tools, sandbox, cfg, &work, &pr.repo_name, pr.pr_number);
+        if !cfg.keep_trees {
+            let _ = std::fs::remove_dir_all(&work);
+        }
+        let sides = sides?;
+        for (side, runs) in [("before", &sides.before), ("after", &sides.after)] {
+            for (k, run) in runs.iter().enumerate() {
+                for t in run {
+                    result.tests.push(TestRow {
+                        repo_name: pr.repo_name.clone(),
+                        pr_number: pr.pr_number,
+                        test_id: t.test_id.clone(),
+                        side: side.to_string(),
+                        run: k as i64 + 1,
+                        outcome: t.outcome.clone(),
+                        seconds: t.seconds,
+                    });
+                }
+            }
+        }
+        let verdict = outcomes::verdict(&sides.before, &sides.after);
+        let Verdict { fail_to_pass, pass_to_pass, flaky, fail_after } = verdict;
+        v.fail_to_pass = fail_to_pass;
+        v.pass_to_pass = pass_to_pass;
+        v.flaky = flaky;
+        v.log_tail = sides.after_tail;
+        let n_after = sides.after.first().map_or(0, |r| r.len());
+        if !v.fail_to_pass.is_empty() {
+            v.log_tail.clear();
+            let flaky = if v.flaky.is_empty() { String::new() } else { format!(", {} flaky left out", v.flaky.len()) };
+            return Ok((
+                "verified",
+                format!(
+                    "{} fail before and pass after, {} pass on both sides{flaky} ({} runs a side)",
+                    v.fail_to_pass.len(),
+                    v.pass_to_pass.len(),
+                    cfg.repeat
+                ),
+            ));
+        }
+        if !v.flaky.is_empty() {
+            return Ok(("flaky", format!("no stable test fails before and passes after; {} flaky", v.flaky.len())));
+        }
+        if n_after == 0 {
+            return Err(("tests_not_found", "the runner collected no test in the PR's test files".into()));
+        }
+        let why = if fail_after.is_empty() {
+            format!("every test that passes after the change also passes before it ({} tests)", v.pass_to_pass.len())
+        } else {
+            format!(
+                "{} test(s) do not pass after the change (first: {}); none fails before and passes after",
+                fail_after.len(),
+                fail_after[0]
+            )
+        };
+        Ok(("no_fail_to_pass", why))
+    })();
+    let (Ok((status, reason)) | Err((status, reason))) = outcome;
+    v.status = status.to_string();
+    v.reason = env::one_line(&reason);
+    v.seconds = started.elapsed().as_secs_f64();
+    result.verification = v;
+    result
+}
+
+/// What to run for a PR: its merge base and head, the changed paths that are tests (the
+/// SWE-bench rule) and the rest, and the test modules among the tests that exist after it.
+pub struct Plan {
+    pub base: Oid,
+    pub head: Oid,
+    /// Test paths changed (new and old paths of renames).
+    pub test_paths: Vec<String>,
+    /// Every changed path.
+    pub all_paths: Vec<String>,
+    pub test_modules: Vec<String>,
+}
+
+pub fn plan(repo: &Repository, pr: &PrRef) -> Result<Plan> {
+    let base = crate::git::oid(&pr.merge_base).map_err(|f| anyhow::anyhow!("{}", f.message))?;
+    let head = crate::git::oid(&pr.head_sha).map_err(|f| anyhow::anyhow!("{}", f.message))?;
+    let (_, changes) =
+        crate::git::pr_changes(repo, base, head).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
+    let mut test_paths = BTreeSet::new();
+    let mut all_paths = BTreeSet::new();
+    let mut modules = BTreeSet::new();
+    for c in &changes {
+        let path = String::from_utf8_lossy(&c.path).to_string();
+        let old = c.old_path.as_ref().map(|p| String::from_utf8_lossy(p).to_string());
+        let is_test = is_test_path(&path) || old.as_deref().is_some_and(is_test_path);
+        for p in std::iter::once(path.clone()).chain(old.clone()) {
+            all_paths.insert(p.clone());
+            if is_test {
+                test_paths.insert(p);
+            }
+        }
+        if is_test && c.status != 'D' && is_test_module(&path) {
+            modules.insert(path);
+        }
+    }
+    Ok(Plan {
+        base,
+        head,
+        test_paths: test_paths.into_iter().collect(),
+        all_paths: all_paths.into_iter().collect(),
+        test_modules: modules.into_iter().collect(),
+    })
+}
+
+fn work_dir(tools: &env::Tools, pr: &PrRef) -> PathBuf {
+    let safe: String =
+        pr.repo_name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    tools.root.join("work").join(format!("{safe}-{}", pr.pr_number))
+}
+
+/// The runs of both sides.
+struct Sides {
+    before: Vec<Vec<TestResult>>,
+    after: Vec<Vec<TestResult>>,
+    after_tail: String,
+}
+
+/// Materializes and runs each side `repeat` times; a side that cannot run ends the PR with
+/// its status.
+#[allow(clippy::too_many_arguments)]
+fn run_sides(
+    repo: &Repository,
+    plan: &Plan,
+    env: &env::Env,
+    tools: &env::Tools,
+    sandbox: &sandbox::Sandbox,
+    cfg: &VerifyConfig,
+    work: &Path,
+    repo_name: &str,
+    pr_number: i64,
+) -> std::result::Result<Sides, (&'static str, String)> {
+    let mut sides = Sides { before: Vec::new(), after: Vec::new(), after_tail: String::new() };
+    for side in ["before", "after"] {
+        let dir = work.join(side);
+        let tree = dir.join("tree");
+        let overlay: &[String] = if side == "before" { &plan.test_paths } else { &plan.all_paths };
+        materialize(
+            repo,
+            plan.base,
+            plan.head,
+            overlay,
+            &tree,
+            &format!("{repo_name} at the merge base of #{pr_number}"),
+        )
+        .map_err(|e| ("patch_failed", format!("{side}: {e:#}")))?;
+        for run in 1..=cfg.repeat.max(1) {
+            let r = run_tests(&tree, &dir, &format!("{side}-{run}"), &plan.test_modules, env, tools, sandbox, cfg)
+                .map_err(|e| ("env_failed", format!("{side} run {run}: {e:#}")))?;
+            match r {
+                RunOutcome::Report(tests, tail) => {
+                    if side == "after" {
+                        sides.after_tail = tail;
+                        sides.after.push(tests);
+                    } else {
+                        sides.before.push(tests);
+                    }
+                }
+                RunOutcome::TimedOut(tail) => {
+                    return Err((
+                        "timeout",
+                        format!("{side} run {run} passed the {} s limit: {tail}", cfg.timeout_secs),
+                    ))
+                }
+                RunOutcome::NoReport(Some(5), tail) => {
+                    return Err(("tests_not_found", format!("{side} run {run}: no test collected: {tail}")))
+                }
+                RunOutcome::NoReport(code, tail) => {
+                    return Err((
+                        "env_failed",
+                        format!("{side} run {run}: the runner wrote no report (exit {code:?}): {tail}"),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(sides)
+}
+
+/// The tree of `base` with `paths` as they are at `head`, and a `.git` holding the base alone.
+pub fn materialize(
+    repo: &Repository,
+    base: Oid,
+    head: Oid,
+    paths: &[String],
+    tree: &Path,
+    message: &str,
+) -> Result<()> {
+    tree::write_commit(repo, base, tree)?;
+    tree::init_git(tree, message)?;
+    for p in paths {
+        tree::overlay(repo, tree, head, p)?;
+    }
+    Ok(())
+}
+
+/// How one run of the runner ended.
+pub enum RunOutcome {
+    Report(Vec<TestResult>, String),
+    TimedOut(String),
+    NoReport(Option<i32>, String),
+}
+
+/// Runs pytest on `modules` (the whole suite when empty) in `tree`, in the sandbox: only
+/// `side_dir` (the tree and its reports) is writable.
+#[allow(clippy::too_many_arguments)]
+pub fn run_tests(
+    tree: &Path,
+    side_dir: &Path,
+    label: &str,
+    modules: &[String],
+    env: &env::Env,
+    tools: &env::Tools,
+    sandbox: &sandbox::Sandbox,
+    cfg: &VerifyConfig,
+) -> Result<RunOutcome> {
+    let out = side_dir.join("out");
+    std::fs::create_dir_all(&out)?;
+    let junit = out.join(format!("{label}.xml"));
+    let log = out.join(format!("{label}.log"));
+    let _ = std::fs::remove_file(&junit);
+    let mut argv: Vec<String> = vec![
+        env.venv.join("bin/python").to_string_lossy().to_string(),
+        "-m".into(),
+        "pytest".into(),
+        "-p".into(),
+        "no:cacheprovider".into(),
+        "-o".into(),
+        "junit_family=xunit1".into(),
+        format!("--junitxml={}", junit.display()),
+        "-q".into(),
+        "--color=no".into(),
+        "-rN".into(),
+    ];
+    if !cfg.whole_suite {
+        argv.extend(modules.iter().cloned());
+    }
+    let src = tree.join("src");
+    let pythonpath = if src.is_dir() { src } else { tree.to_path_buf() };
+    let envs = vec![
+        ("PATH".to_string(), format!("{}:/usr/bin:/bin", env.venv.join("bin").display())),
+        ("HOME".to_string(), "/tmp".to_string()),
+        ("PYTHONPATH".to_string(), pythonpath.to_string_lossy().to_string()),
+        ("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string()),
+        ("PYTHONHASHSEED".to_string(), "0".to_string()),
+        ("LANG".to_string(), "C.UTF-8".to_string()),
+        ("TZ".to_string(), "UTC".to_string()),
+    ];
+    let mounts = sandbox::Mounts {
+        read_only: vec![tools.python_prefix.clone(), env.venv.clone()],
+        writable: vec![side_dir.to_path_buf()],
+    };
+    let exit = sandbox.run(&argv, tree, &envs, &mounts, &log, Duration::from_secs(cfg.timeout_secs))?;
+    let tail = without_durations(&sandbox::tail(&log, 15));
+    if exit.timed_out {
+        return Ok(RunOutcome::TimedOut(tail));
+    }
+    match std::fs::read_to_string(&junit) {
+        Ok(xml) => Ok(RunOutcome::Report(outcomes::parse_junit(&xml)?, tail)),
+        Err(_) => Ok(RunOutcome::NoReport(exit.code, tail)),
+    }
+}
+
+/// A log tail without what differs between two runs of the same tests — the runner's timings
+/// (`in 2.31s`) and object addresses (`0x7f3a…`) — so two runs give the same text.
+fn without_durations(text: &str) -> String {
+    let timing = regex::Regex::new(r"\bin \d+(\.\d+)?s\b").expect("a valid pattern");
+    let address = regex::Regex::new(r"\b0x[0-9a-fA-F]{6,}\b").expect("a valid pattern");
+    address.replace_all(&timing.replace_all(text, "in …s"), "0x…").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requires_python_clauses() {
+        assert!(python_meets("3.11.7", ">=3.7"));
+        assert!(!python_meets("3.11.7", "<3.11"));
+        assert!(python_meets("3.11.7", ">=3.6, !=3.0.*, <4"));
+        assert!(!python_meets("3.11.7", "!=3.11.*"));
+        assert!(python_meets("3.11.7", "~=3.8"));
+        assert!(!python_meets("3.11.7", "~=3.8.1"));
+        assert!(python_meets("3.11.7", "==3.11.*"));
+        assert!(!python_meets("2.7.18", ">=3.7"));
+    }
+
+    #[test]
+    fn test_modules_and_test_paths() {
+        assert!(
+            is_test_path("tests/test_api.py") && is_test_path("src/e2e/a.js") && !is_test_path("src/jinja2/lexer.py")
+        );
+        assert!(is_test_module("tests/test_api.py") && is_test_module("pkg/api_test.py"));
+        assert!(is_test_module("jinja2/testsuite/core_tags.py"));
+        assert!(!is_test_module("tests/conftest.py") && !is_test_module("tests/res/test.txt"));
+        assert_eq!(without_durations("1 failed, 2 passed in 0.31s"), "1 failed, 2 passed in …s");
+        assert_eq!(without_durations("<function f at 0x7f3a2b4c5d60>"), "<function f at 0x…>");
+    }
+}

@@ -1,0 +1,424 @@
+//! The verify stage and `swelake evaluate` on a Python repository made here (four PRs: a fix
+//! with its test, a change without tests, a refactor whose new test passed before, a feature
+//! with a flaky test beside its own), run through the command line from `--repos-file` alone:
+//! real git, real uv against PyPI as of the PRs' day, real bubblewrap, real pytest. Then a
+//! model's patch that tries to leave the sandbox. The real histories of `../shared/history`
+//! are verified in `history.rs`.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use swelake::lake::Lake;
+
+use crate::git_prs::{commit, git, merge, write, ALICE, BOB};
+
+/// Whether the sandbox and the registry are reachable here: with SWELAKE_REQUIRE_PYTHON=1 (CI)
+/// their absence fails the test instead of skipping it.
+fn can_verify() -> bool {
+    let bwrap = Command::new("bwrap")
+        .args(["--ro-bind", "/", "/", "--unshare-all", "--", "/bin/true"])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    let required = std::env::var("SWELAKE_REQUIRE_PYTHON").is_ok_and(|v| v == "1");
+    if !bwrap {
+        assert!(!required, "SWELAKE_REQUIRE_PYTHON=1 but bubblewrap (bwrap) does not run here");
+        eprintln!("skipping: bubblewrap (bwrap) is not installed or cannot create namespaces here");
+        return false;
+    }
+    true
+}
+
+/// Where uv, the locks and the environments stay between test runs (the build's tmp dir).
+pub(crate) fn verify_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("verify-cache")
+}
+
+const PYPROJECT: &str =
+    "[project]\nname = \"calc\"\nversion = \"1.2.0\"\nrequires-python = \">=3.8\"\ndependencies = []\n";
+const CALC: &str = "def mean(xs):\n    return sum(xs) / len(xs)\n\n\ndef double(x):\n    return x * 2\n";
+const TESTS: &str =
+    "from calc import double, mean\n\n\ndef test_mean():\n    assert mean([1, 2, 3]) == 2\n\n\ndef test_double():\n    assert double(2) == 4\n";
+const COUNTER: &str = "import os\n\n\ndef test_counter():\n    path = os.path.join(os.path.dirname(__file__), \"counter.txt\")\n    n = int(open(path).read()) if os.path.exists(path) else 0\n    open(path, \"w\").write(str(n + 1))\n    assert n % 2 == 0\n";
+
+/// acme/calc with four merged PRs, each a merge commit of GitHub's form.
+fn make_repo(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q"]);
+    write(dir, "pyproject.toml", PYPROJECT);
+    write(dir, "src/calc/__init__.py", CALC);
+    write(dir, "tests/test_calc.py", TESTS);
+    write(dir, "README.md", "# calc\n");
+    // 2024-03-01: what PyPI held then is what the environments get.
+    let t0 = 1_709_251_200;
+    commit(dir, BOB, t0, "Initial import");
+    let pr = |n: i64, branch: &str, who, edits: &dyn Fn(), title: &str| {
+        git(dir, &["checkout", "-q", "-b", branch]);
+        edits();
+        commit(dir, who, t0 + n * 1000, title);
+        git(dir, &["checkout", "-q", "main"]);
+        let msg = format!(
+            "Merge pull request #{n} from someone/{branch}\n\n{title}\n\nWhat the issue reported is handled now, with care.\nFixes #{}",
+            n + 10
+        );
+        merge(dir, branch, t0 + n * 1000 + 500, &msg);
+    };
+    let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
+    pr(
+        1,
+        "empty-mean",
+        ALICE,
+        &|| {
+            write(
+                dir,
+                "src/calc/__init__.py",
+                &read("src/calc/__init__.py").replace(
+                    "    return sum(xs) / len(xs)",
+                    "    if not xs:\n        return 0.0\n    return sum(xs) / len(xs)",
+                ),
+            );
+            write(
+                dir,
+                "tests/test_calc.py",
+                &format!("{}\n\ndef test_mean_empty():\n    assert mean([]) == 0.0\n", read("tests/test_calc.py")),
+            );
+        },
+        "mean() of an empty list raises ZeroDivisionError",
+    );
+    pr(
+        2,
+        "docs",
+        BOB,
+        &|| {
+            write(dir, "README.md", "# calc\n\nSmall numeric helpers.\n");
+            write(
+                dir,
+                "src/calc/__init__.py",
+                &format!("\"\"\"Small numeric helpers.\"\"\"\n\n{}", read("src/calc/__init__.py")),
+            );
+        },
+        "Document what the package is for, in its docstring",
+    );
+    pr(
+        3,
+        "double-negative",
+        ALICE,
+        &|| {
+            write(dir, "src/calc/__init__.py", &read("src/calc/__init__.py").replace("return x * 2", "return x + x"));
+            write(
+                dir,
+                "tests/test_calc.py",
+                &format!(
+                    "{}\n\ndef test_double_negative():\n    assert double(-3) == -6\n",
+                    read("tests/test_calc.py")
+                ),
+            );
+        },
+        "double() written as an addition, with a test of negatives",
+    );
+    pr(
+        4,
+        "triple",
+        BOB,
+        &|| {
+            write(
+                dir,
+                "src/calc/__init__.py",
+                &format!("{}\n\ndef triple(x):\n    return x * 3\n", read("src/calc/__init__.py")),
+            );
+            write(
+                dir,
+                "tests/test_calc.py",
+                &format!(
+                    "{}\n\ndef test_triple():\n    from calc import triple\n\n    assert triple(2) == 6\n",
+                    read("tests/test_calc.py")
+                ),
+            );
+            write(dir, "tests/test_counter.py", COUNTER);
+        },
+        "triple() is missing from the helpers people asked for",
+    );
+}
+
+#[derive(Deserialize, Debug)]
+struct Verdict {
+    pr_number: i64,
+    status: String,
+    reason: String,
+    fail_to_pass: Vec<String>,
+    pass_to_pass: Vec<String>,
+    flaky: Vec<String>,
+    env_key: String,
+    package_version: String,
+}
+
+/// Runs the CLI; panics with its output when it fails.
+fn swelake(args: &[&str], env: &[(&str, &str)]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_swelake")).args(args).envs(env.iter().copied()).output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "swelake {args:?}:\n{text}");
+    text
+}
+
+/// The one split of a one-repository lake's seed.
+async fn seed_split(lake: &Lake) -> String {
+    let splits: Vec<(String,)> =
+        swelake::query::rows(&lake.session().await.unwrap(), "SELECT DISTINCT split FROM rl_seed").await.unwrap();
+    assert_eq!(splits.len(), 1, "{splits:?}");
+    splits[0].0.clone()
+}
+
+/// Whether a process with exactly this command line is alive on the host.
+fn process_running(argv: &[&str]) -> bool {
+    let want = argv.join("\0") + "\0";
+    std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let mut s = String::new();
+        std::fs::File::open(e.path().join("cmdline")).and_then(|mut f| f.read_to_string(&mut s)).is_ok() && s == want
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn prs_verify_in_the_sandbox_and_evaluate_grades_predictions_there() {
+    if !can_verify() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    make_repo(&work);
+    let src = dir.path().join("src").join("acme").join("calc.git");
+    git(dir.path(), &["clone", "-q", "--mirror", work.to_str().unwrap(), src.to_str().unwrap()]);
+    let list = dir.path().join("repos.txt");
+    std::fs::write(&list, "acme/calc\n").unwrap();
+    let config = dir.path().join("curation.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[relevance]\nranker = \"bm25\"\n\n[verify]\nrepeat = 2\ntimeout_secs = 120\nkeep_trees = true\ndir = \"{}\"\n",
+            verify_dir().display()
+        ),
+    )
+    .unwrap();
+    let lake_dir = dir.path().join("lake");
+    let url = format!("{}/{{repo}}.git", dir.path().join("src").display());
+    let cache = dir.path().join("cache");
+    let (lake_s, list_s, cache_s, config_s) =
+        (lake_dir.to_str().unwrap(), list.to_str().unwrap(), cache.to_str().unwrap(), config.to_str().unwrap());
+    let common =
+        ["--lake", lake_s, "--repos-file", list_s, "--repo-url", &url, "--cache-dir", cache_s, "--config", config_s];
+
+    // Without --verify, --all leaves the stage out and says why.
+    let out = swelake(&[&["run", "--all"][..], &common].concat(), &[]);
+    assert!(out.contains("verify") && out.contains("untrusted code"), "{out}");
+    let lake = Lake::open(lake_s).unwrap();
+    assert!(!lake.has_table("pr_verification").await.unwrap());
+
+    let out = swelake(&[&["run", "--all", "--verify"][..], &common].concat(), &[]);
+    assert!(out.contains("status:verified: 2"), "{out}");
+    let ctx = lake.session().await.unwrap();
+    let v: Vec<Verdict> = swelake::query::rows(
+        &ctx,
+        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
+         FROM pr_verification ORDER BY pr_number",
+    )
+    .await
+    .unwrap();
+    let got: Vec<(i64, &str)> = v.iter().map(|x| (x.pr_number, x.status.as_str())).collect();
+    assert_eq!(got, [(1, "verified"), (2, "no_test_change"), (3, "no_fail_to_pass"), (4, "verified")], "{v:#?}");
+    assert_eq!(v[0].fail_to_pass, ["tests/test_calc.py::test_mean_empty"]);
+    assert_eq!(v[0].pass_to_pass, ["tests/test_calc.py::test_double", "tests/test_calc.py::test_mean"]);
+    assert_eq!(v[0].package_version, "1.2.0");
+    assert!(v[2].reason.contains("also passes before"), "{:?}", v[2]);
+    // PR 4: its own new test fails before and passes after; the counter test alternates and
+    // is left out of both lists.
+    assert_eq!(v[3].fail_to_pass, ["tests/test_calc.py::test_triple"]);
+    assert_eq!(v[3].flaky, ["tests/test_counter.py::test_counter"]);
+    assert!(!v[3].pass_to_pass.iter().any(|t| t.contains("counter")));
+    // Both ran in one environment (no dependency but pytest, resolved as of early 2024).
+    assert!(!v[0].env_key.is_empty() && v[0].env_key == v[3].env_key);
+    let envs: Vec<(String, Vec<String>, String)> =
+        swelake::query::rows(&ctx, "SELECT status, packages, resolved_as_of FROM environments").await.unwrap();
+    assert_eq!(envs.len(), 1, "{envs:?}");
+    assert_eq!(envs[0].0, "ready");
+    let pytest = envs[0].1.iter().find(|p| p.starts_with("pytest==")).unwrap();
+    assert!(pytest.starts_with("pytest==8.0") || pytest.starts_with("pytest==7."), "as of 2024-03: {pytest}");
+    // Every run of every side is recorded: PR 1, two sides, two runs, three tests after.
+    assert_eq!(
+        crate::common::count(&lake, "SELECT count(*) FROM pr_tests WHERE pr_number = 1 AND side = 'after'").await,
+        6
+    );
+
+    // The scratch tree's git holds the base alone: the fix is not in it.
+    let tree = verify_dir().join("work/acme_calc-1/before/tree");
+    let log = git(&tree, &["log", "--all", "--format=%s"]);
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(!std::fs::read_to_string(tree.join("src/calc/__init__.py")).unwrap().contains("return 0.0"));
+
+    // The seed and the SWE-bench export carry the verdicts.
+    let seed: Vec<(String, bool, Vec<String>)> =
+        swelake::query::rows(&ctx, "SELECT instance_id, verified, fail_to_pass FROM rl_seed ORDER BY instance_id")
+            .await
+            .unwrap();
+    assert!(
+        seed.contains(&("acme/calc#1".into(), true, vec!["tests/test_calc.py::test_mean_empty".into()])),
+        "{seed:?}"
+    );
+    assert!(seed.iter().any(|s| s.0 == "acme/calc#3" && !s.1 && s.2.is_empty()), "{seed:?}");
+    let export = dir.path().join("swebench");
+    swelake(
+        &["export", "--lake", lake_s, "--format", "swebench", "--verified-only", "--out", export.to_str().unwrap()],
+        &[],
+    );
+    let mut instances: Vec<serde_json::Value> = Vec::new();
+    for split in ["train", "test"] {
+        let text = std::fs::read_to_string(export.join(format!("{split}.jsonl"))).unwrap_or_default();
+        instances.extend(text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()));
+    }
+    let ids: Vec<&str> = instances.iter().map(|i| i["instance_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["acme__calc-1", "acme__calc-4"]);
+    let one = &instances[0];
+    assert_eq!(one["FAIL_TO_PASS"], "[\"tests/test_calc.py::test_mean_empty\"]");
+    assert_eq!(one["version"], "1.2");
+    // SWE-bench's own loader reads the lists it grades by.
+    if let Some(py) = crate::python::python() {
+        let files: Vec<String> = ["train", "test"]
+            .iter()
+            .map(|s| export.join(format!("{s}.jsonl")))
+            .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        let out =
+            crate::python::script(&py, "load_swebench.py", &files.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+        let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+        assert_eq!(first["FAIL_TO_PASS"], serde_json::json!(["tests/test_calc.py::test_mean_empty"]), "{out}");
+        assert_eq!(out.lines().count(), 2, "{out}");
+    }
+
+    // One repository: every instance in one split. The Hub layout leaves the empty split out
+    // (files and configs), and `datasets.load_dataset(DIR)` loads the one there is.
+    let hf = dir.path().join("hf");
+    swelake(&["export", "--lake", lake_s, "--format", "hf", "--out", hf.to_str().unwrap()], &[]);
+    let split = seed_split(&lake).await;
+    let card = std::fs::read_to_string(hf.join("README.md")).unwrap();
+    assert!(card.contains(&format!("  - split: {split}\n")), "{card}");
+    let other = if split == "train" { "test" } else { "train" };
+    assert!(!card.contains(&format!("  - split: {other}\n")), "{card}");
+    let files: Vec<String> =
+        std::fs::read_dir(hf.join("data")).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+    assert!(files.iter().all(|f| f.starts_with(&split)), "{files:?}");
+    if let Some(py) = crate::python::python() {
+        let out = crate::python::script(&py, "load_hf_export.py", &[hf.to_str().unwrap()], &[]);
+        let loaded: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(loaded, serde_json::json!({ split.as_str(): seed.len() }), "{out}");
+    }
+
+    // evaluate: the gold patch resolves; a test-only patch and an instance not verified do not.
+    let preds = dir.path().join("preds.jsonl");
+    let line = |id: &str, patch: &str| {
+        serde_json::json!({"instance_id": id, "model_name_or_path": "m", "model_patch": patch}).to_string() + "\n"
+    };
+    std::fs::write(
+        &preds,
+        line("acme__calc-1", one["patch"].as_str().unwrap())
+            + &line("acme__calc-4", instances[1]["test_patch"].as_str().unwrap())
+            + &line("acme__calc-2", "diff --git a/x b/x\n"),
+    )
+    .unwrap();
+    let report_path = dir.path().join("eval/report.json");
+    let eval_args = |p: &Path| -> Vec<String> {
+        [
+            "evaluate",
+            "--lake",
+            lake_s,
+            "--predictions",
+            p.to_str().unwrap(),
+            "--repo-url",
+            &url,
+            "--cache-dir",
+            cache_s,
+            "--config",
+            config_s,
+            "--out",
+            report_path.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let args = eval_args(&preds);
+    swelake(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+    assert_eq!(report["resolved_ids"], serde_json::json!(["acme__calc-1"]), "{report:#}");
+    assert_eq!(report["unresolved_ids"], serde_json::json!(["acme__calc-4"]), "{report:#}");
+    assert_eq!(report["error_ids"], serde_json::json!(["acme__calc-2"]), "{report:#}");
+    assert_eq!(report["total_instances"], 2);
+    assert!(dir.path().join("eval/logs/acme__calc-1/test_output.txt").exists());
+
+    // A prediction that tries to leave: a TCP connection to a listener on the host's loopback,
+    // a file outside its tree, a secret of the parent's environment, a child left running
+    // past the timeout. None of it succeeds; the verdict is recorded; the host is unchanged.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // The lake's own directory: on the host, beside the run's tree, and not in the sandbox.
+    let outside = lake_dir.join("escaped.txt");
+    let host_tmp = std::env::temp_dir().join(format!("swelake-escape-{}", std::process::id()));
+    let evil = format!(
+        "import os, socket, subprocess, time\n\n\ndef _leave():\n    found = []\n    try:\n        socket.create_connection((\"127.0.0.1\", {port}), timeout=2)\n        found.append(\"tcp\")\n    except OSError as e:\n        found.append(\"no tcp: %s\" % e)\n    for p in [{outside:?}, {host_tmp:?}]:\n        try:\n            with open(p, \"w\") as f:\n                f.write(\"x\")\n            found.append(\"wrote \" + p)\n        except OSError as e:\n            found.append(\"no write: %s\" % e)\n    found.append(\"secret=\" + os.environ.get(\"SWELAKE_TEST_SECRET\", \"absent\"))\n    with open(os.path.join(os.path.dirname(__file__), \"..\", \"..\", \"escape-report.txt\"), \"w\") as f:\n        f.write(repr(found))\n    subprocess.Popen([\"sleep\", \"987654\"], start_new_session=True)\n    time.sleep(600)\n\n\n_leave()\n",
+    );
+    let evil_patch = format!(
+        "diff --git a/src/calc/evil.py b/src/calc/evil.py\nnew file mode 100644\n--- /dev/null\n+++ b/src/calc/evil.py\n@@ -0,0 +1,{} @@\n{}diff --git a/src/calc/__init__.py b/src/calc/__init__.py\n--- a/src/calc/__init__.py\n+++ b/src/calc/__init__.py\n@@ -1,2 +1,3 @@\n+from calc import evil  # noqa\n \"\"\"Small numeric helpers.\"\"\"\n \n",
+        evil.lines().count(),
+        evil.lines().map(|l| format!("+{l}\n")).collect::<String>()
+    );
+    let preds2 = dir.path().join("preds2.jsonl");
+    std::fs::write(&preds2, line("acme__calc-1", "") + &line("acme__calc-4", &evil_patch)).unwrap();
+    let mut args = eval_args(&preds2);
+    args.extend(["--timeout".to_string(), "15s".to_string()]);
+    swelake(&args.iter().map(String::as_str).collect::<Vec<_>>(), &[("SWELAKE_TEST_SECRET", "hunter2-sentinel")]);
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+    assert_eq!(report["empty_patch_ids"], serde_json::json!(["acme__calc-1"]), "{report:#}");
+    assert_eq!(report["unresolved_ids"], serde_json::json!(["acme__calc-4"]), "{report:#}");
+    assert!(report["reasons"]["acme__calc-4"].as_str().unwrap().contains("timeout"), "{report:#}");
+    let seen = std::fs::read_to_string(dir.path().join("eval/logs/acme__calc-4/run/tree/escape-report.txt")).unwrap();
+    assert!(seen.contains("no tcp") && !seen.contains("'tcp'"), "{seen}");
+    // Its /tmp is its own: what it wrote there is gone with it.
+    assert!(!seen.contains(&format!("wrote {}", outside.display())), "{seen}");
+    assert!(seen.contains("secret=absent") && !seen.contains("hunter2"), "{seen}");
+    assert!(matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "a connection came in");
+    assert!(!outside.exists() && !host_tmp.exists());
+    assert!(!process_running(&["sleep", "987654"]), "a child of the sandbox outlived it");
+}
+
+#[test]
+fn the_sandbox_refuses_what_is_not_its_own() {
+    if !can_verify() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    std::fs::create_dir_all(&tree).unwrap();
+    let sb = swelake::verify::sandbox::Sandbox::new("bwrap", 1024, 4096).unwrap();
+    let mounts = swelake::verify::sandbox::Mounts { read_only: vec![], writable: vec![tree.clone()] };
+    let log = dir.path().join("log.txt");
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let script = format!(
+        "ls {home} >/dev/null 2>&1 && echo HOME-VISIBLE; echo x > /usr/x 2>/dev/null && echo USR-WRITABLE; \
+         cat /etc/shadow 2>/dev/null | head -c 1 | grep -q . && echo SHADOW; echo ok > {}/inside.txt; env; \
+         (sleep 987655 &) ; sleep 30",
+        tree.display()
+    );
+    let argv: Vec<String> = ["/bin/sh", "-c", &script].iter().map(|s| s.to_string()).collect();
+    let exit = sb
+        .run(&argv, &tree, &[("PATH".into(), "/usr/bin:/bin".into())], &mounts, &log, std::time::Duration::from_secs(3))
+        .unwrap();
+    assert!(exit.timed_out);
+    let out = std::fs::read_to_string(&log).unwrap();
+    assert!(!out.contains("HOME-VISIBLE") && !out.contains("USR-WRITABLE") && !out.contains("SHADOW"), "{out}");
+    assert!(out.contains("PATH=/usr/bin:/bin") && !out.contains("HOME="), "an empty environment but PATH: {out}");
+    assert_eq!(std::fs::read_to_string(tree.join("inside.txt")).unwrap(), "ok\n");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!process_running(&["sleep", "987655"]), "a background child outlived the timeout");
+    assert!(swelake::verify::sandbox::Sandbox::new("docker", 1, 1).unwrap_err().to_string().contains("bwrap or none"));
+}
