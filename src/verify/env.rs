@@ -385,6 +385,10 @@ fn ini_value(text: &str, section: &str, key: &str) -> Option<String> {
             continue;
         }
         if let Some(v) = value.as_mut() {
+            // A comment line inside a multi-line value (`# General`) does not end it.
+            if t.starts_with('#') || t.starts_with(';') {
+                continue;
+            }
             if line.starts_with(' ') || line.starts_with('\t') || t.is_empty() {
                 v.push('\n');
                 v.push_str(t);
@@ -424,12 +428,25 @@ pub fn requirement_name(req: &str) -> String {
     normalize(&req[..end])
 }
 
-/// Test tooling: what may float to a release that runs on the interpreter.
+/// Test tooling: what may float to a release that runs on the interpreter (pytest, its
+/// plugins and helpers, and test libraries that load as pytest plugins or beside them).
 pub fn is_tooling(name: &str) -> bool {
     name == "pytest"
         || name.starts_with("pytest-")
-        || ["py", "pluggy", "iniconfig", "atomicwrites", "more-itertools", "wcwidth", "exceptiongroup", "tomli"]
-            .contains(&name)
+        || [
+            "py",
+            "pluggy",
+            "iniconfig",
+            "atomicwrites",
+            "more-itertools",
+            "wcwidth",
+            "exceptiongroup",
+            "tomli",
+            "hypothesis",
+            "coverage",
+            "mock",
+        ]
+        .contains(&name)
 }
 
 /// A requirement without its version pin (extras and markers kept).
@@ -485,6 +502,14 @@ pub struct Env {
 
 /// The environment of `spec` as of `as_of`, built or taken from the cache; `Err(row)` says
 /// why it could not be (the row has status `failed`).
+///
+/// Packages float from the PR's day to the interpreter's first months (or the PR's day, if
+/// later) only where the interpreter leaves no choice, each recorded in `relaxed`: build
+/// backends always (the setuptools of 2017 cannot build on Python 3.11, and uv asks for
+/// setuptools>=40.8.0 to build an sdist without a pyproject.toml); a package whose release of
+/// the PR's day does not build here (greenlet 0.4 on 3.11: no wheel, C that no longer
+/// compiles); and, when pytest of the PR's day does not resolve or start here, the test
+/// tooling with everything it needs. Every other package stays as of the PR's day.
 pub fn prepare(
     repo: &str,
     spec: &Spec,
@@ -514,77 +539,93 @@ pub fn prepare(
         row.seconds = 0.0;
         Err(Box::new(row))
     };
-    // Build backends float to the interpreter's first months (or the PR's day, if later): the
-    // setuptools of 2017 cannot build an sdist on Python 3.11, and uv asks for setuptools>=40.8.0
-    // for an sdist without a pyproject.toml. They build packages; they are not what is tested.
     let floor = interpreter_floor(&tools.python_minor()).unwrap_or(as_of);
     let floor = if as_of > floor { as_of } else { floor };
-    let builders: Vec<String> = BUILD_BACKENDS.iter().map(|n| format!("{n}={floor}")).collect();
-    let (first, first_err) = match resolve(tools, &row.requirements, as_of, &builders) {
-        Ok(lock) => (lock, None),
-        Err(e) => (Vec::new(), Some(format!("{e:#}"))),
-    };
+    let mut floated: BTreeSet<String> = BUILD_BACKENDS.iter().map(|s| s.to_string()).collect();
     let relaxable = relax_tooling && row.requirements.iter().any(|r| is_tooling(&requirement_name(r)));
-    let mut built = match &first_err {
-        Some(e) if !relaxable => return fail(row, e.clone()),
-        Some(e) => Err(anyhow::anyhow!("{e}")),
-        None => install(tools, &first, sandbox),
-    };
-    let mut packages = first.clone();
-    if built.is_err() && relaxable {
-        // The tooling of the PR's day did not resolve or does not start here: float it, with
-        // what it needs, to what resolves on this interpreter as of the floor date. Its closure
-        // is found by resolving the tooling alone then; every other package stays as of the PR.
-        let reqs = spec.requirements(true);
-        let mut tooling: Vec<String> = reqs.iter().filter(|r| is_tooling(&requirement_name(r))).cloned().collect();
-        if !tooling.iter().any(|r| requirement_name(r) == "pytest") {
-            tooling.push("pytest".into());
-        }
-        let closure = match resolve(tools, &tooling, floor, &builders) {
-            Ok(lock) => lock,
-            Err(e) => {
-                let first_err = built.err().map(|e| format!("{e:#}")).unwrap_or_default();
-                return fail(row, format!("{first_err}; the test tooling alone as of {floor}: {e:#}"));
+    let mut tooling_relaxed = false;
+    let mut first_lock: Option<Vec<String>> = None;
+    let mut errors: Vec<String> = Vec::new();
+    // Each failure may float one more thing; a few rounds settle every case seen.
+    for _ in 0..10 {
+        let per_package: Vec<String> = floated.iter().map(|n| format!("{n}={floor}")).collect();
+        let attempt = resolve(tools, &row.requirements, as_of, &per_package)
+            .map(|lock| (install(tools, &lock, sandbox).map_err(|e| (e, lock.clone())), lock));
+        let err = match attempt {
+            Ok((Ok((key, venv, fresh)), lock)) => {
+                row.relaxed = relaxed_pins(first_lock.as_deref().unwrap_or(&[]), &lock, &floated);
+                row.packages = lock;
+                row.env_key = key.clone();
+                row.status = "ready".into();
+                row.seconds = if fresh { started.elapsed().as_secs_f64() } else { 0.0 };
+                return Ok(Env { key, venv, row });
             }
+            Ok((Err((e, lock)), _)) => {
+                first_lock.get_or_insert(lock);
+                e
+            }
+            Err(e) => e,
         };
-        let floated: BTreeSet<String> = closure.iter().map(|p| requirement_name(p)).collect();
-        let mut per_package: Vec<String> = floated.iter().map(|n| format!("{n}={floor}")).collect();
-        per_package
-            .extend(builders.iter().filter(|b| !floated.iter().any(|n| b.starts_with(&format!("{n}=")))).cloned());
-        match resolve(tools, &reqs, as_of, &per_package) {
-            Ok(lock) => {
-                let before: BTreeSet<&String> = first.iter().collect();
-                row.relaxed = lock
-                    .iter()
-                    .filter(|p| floated.contains(&requirement_name(p)) && !before.contains(p))
-                    .map(|p| {
-                        let old = first.iter().find(|o| requirement_name(o) == requirement_name(p));
-                        match old {
-                            Some(o) => format!("{o} -> {p}"),
-                            None => format!("(none) -> {p}"),
-                        }
-                    })
-                    .collect();
-                row.requirements = reqs;
-                built = install(tools, &lock, sandbox);
-                packages = lock;
-            }
-            Err(e) => {
-                let first_err = built.err().map(|e| format!("{e:#}")).unwrap_or_default();
-                return fail(row, format!("{first_err}; with the test tooling relaxed: {e:#}"));
-            }
+        let text = format!("{err:#}");
+        errors.push(text.clone());
+        if let Some(pkg) = failed_build(&text).filter(|p| !floated.contains(p)) {
+            floated.insert(pkg);
+            continue;
         }
-    }
-    row.packages = packages;
-    match built {
-        Ok((key, venv, fresh)) => {
-            row.env_key = key.clone();
-            row.status = "ready".into();
-            row.seconds = if fresh { started.elapsed().as_secs_f64() } else { 0.0 };
-            Ok(Env { key, venv, row })
+        if relaxable && !tooling_relaxed {
+            tooling_relaxed = true;
+            let reqs = spec.requirements(true);
+            let mut tooling: Vec<String> = reqs.iter().filter(|r| is_tooling(&requirement_name(r))).cloned().collect();
+            if !tooling.iter().any(|r| requirement_name(r) == "pytest") {
+                tooling.push("pytest".into());
+            }
+            // The tooling's closure as of the floor: resolved alone, then floated together.
+            let builders: Vec<String> = BUILD_BACKENDS.iter().map(|n| format!("{n}={floor}")).collect();
+            match resolve(tools, &tooling, floor, &builders) {
+                Ok(closure) => floated.extend(closure.iter().map(|p| requirement_name(p))),
+                Err(e) => errors.push(format!("the test tooling alone as of {floor}: {e:#}")),
+            }
+            row.requirements = reqs;
+            continue;
         }
-        Err(e) => fail(row, format!("{e:#}")),
+        break;
     }
+    let last = errors.last().cloned().unwrap_or_default();
+    let why = if errors.len() > 1 {
+        format!("{last} (after {} attempts, floating {})", errors.len(), floated_names(&floated))
+    } else {
+        last
+    };
+    fail(row, why)
+}
+
+/// The floated packages that are not build backends, for a reason.
+fn floated_names(floated: &BTreeSet<String>) -> String {
+    let v: Vec<&str> = floated.iter().map(String::as_str).filter(|n| !BUILD_BACKENDS.contains(n)).collect();
+    if v.is_empty() {
+        "the build backends".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// What moved from the PR's day: each floated package of `lock` with its version in the lock
+/// of the PR's day (`first`, when one was resolved).
+fn relaxed_pins(first: &[String], lock: &[String], floated: &BTreeSet<String>) -> Vec<String> {
+    lock.iter()
+        .filter(|p| floated.contains(&requirement_name(p)) && !first.contains(p))
+        .map(|p| match first.iter().find(|o| requirement_name(o) == requirement_name(p)) {
+            Some(o) => format!("{o} -> {p}"),
+            None => format!("{} -> {p}", requirement_name(p)),
+        })
+        .collect()
+}
+
+/// The package uv could not build (``Failed to build `greenlet==0.4.15` ``), by its normal name.
+fn failed_build(text: &str) -> Option<String> {
+    let re = regex::Regex::new(r"Failed to (?:build|download and build) `([A-Za-z0-9._-]+?)(?:==[^`]*)?`")
+        .expect("a valid pattern");
+    re.captures(text).map(|c| normalize(&c[1]))
 }
 
 /// `name==version` lines resolved by uv for `requirements` as of `as_of`, cached on disk by
@@ -618,7 +659,7 @@ fn resolve(tools: &Tools, requirements: &[String], as_of: &str, per_package: &[S
     let out = cmd.output().context("running uv pip compile")?;
     if !out.status.success() {
         let _ = std::fs::remove_file(&staging);
-        bail!("resolving as of {as_of}: {}", last_error(&String::from_utf8_lossy(&out.stderr)));
+        bail!("resolving as of {as_of}: {}", uv_error(&String::from_utf8_lossy(&out.stderr)));
     }
     std::fs::rename(&staging, &lock_path)?;
     Ok(lock_lines(&std::fs::read_to_string(&lock_path)?))
@@ -662,7 +703,7 @@ fn install(tools: &Tools, lock: &[String], sandbox: &super::sandbox::Sandbox) ->
             .output()?;
         if !out.status.success() {
             let _ = std::fs::remove_dir_all(&venv);
-            bail!("installing: {}", last_error(&String::from_utf8_lossy(&out.stderr)));
+            bail!("installing: {}", uv_error(&String::from_utf8_lossy(&out.stderr)));
         }
     }
     // The runner must start here, in the sandbox, before any PR is judged by it.
@@ -691,6 +732,15 @@ fn install(tools: &Tools, lock: &[String], sandbox: &super::sandbox::Sandbox) ->
 /// 16 hex digits of FNV-1a: a cache key.
 pub fn key_of(text: &str) -> String {
     format!("{:016x}", crate::hash::fnv1a_str(text))
+}
+
+/// uv's error: the package it failed to build (its first line says which), then its last lines.
+fn uv_error(text: &str) -> String {
+    let failed = text.lines().find(|l| l.contains("Failed to build") || l.contains("Failed to download and build"));
+    match failed {
+        Some(f) => format!("{} / {}", f.trim().trim_start_matches('×').trim(), last_error(text)),
+        None => last_error(text),
+    }
 }
 
 /// The most telling line of a tool's error output.
@@ -743,6 +793,17 @@ mod tests {
     }
 
     #[test]
+    fn tox_deps_read_past_comment_lines_and_other_interpreters_pins() {
+        let files = |p: &str| -> Option<String> {
+            (p == "tox.ini").then(|| {
+                "[tox]\nenvlist = py27, py33\n\n[testenv]\ndeps=\n# General\n    greenlet\n    pytest\n\n# Python 2\n    py26: python-memcached\n    normal: pyopenssl\n\n[testenv:docs]\ndeps = sphinx\n".into()
+            })
+        };
+        let s = read_spec(&files);
+        assert_eq!(s.test_requirements, ["greenlet", "pytest", "pyopenssl"]);
+    }
+
+    #[test]
     fn a_pyproject_project_drops_itself_and_gains_pytest() {
         let files = |p: &str| -> Option<String> {
             (p == "pyproject.toml").then(|| {
@@ -756,6 +817,11 @@ mod tests {
         assert_eq!(tox_dep("normal: pyopenssl").as_deref(), Some("pyopenssl"));
         assert_eq!(tox_dep("py26,py33: py<1.5"), None);
         assert_eq!(tox_dep("pytest-xprocess").as_deref(), Some("pytest-xprocess"));
+        assert_eq!(
+            failed_build("× Failed to build `greenlet==0.4.15`\n├─▶ The build backend"),
+            Some("greenlet".into())
+        );
+        assert_eq!(failed_build("nothing"), None);
         assert_eq!(requirement_name("zope.interface[test]"), "zope-interface");
     }
 }

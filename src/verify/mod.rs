@@ -583,6 +583,17 @@ pub fn verify_pr(
         if n_after == 0 {
             return Err(("tests_not_found", "the runner collected no test in the PR's test files".into()));
         }
+        // Nothing passes even with the fix: the PR's tests cannot run here (code of another
+        // interpreter, a dependency of its day that does not import on this one), which is
+        // the environment's failure, not a verdict on the PR.
+        let passed_after = sides.after.iter().flatten().any(|t| t.outcome == "passed");
+        let errored_after = sides.after.iter().flatten().any(|t| t.outcome == "error");
+        if !passed_after && errored_after {
+            return Err((
+                "env_failed",
+                format!("no test passes even after the change: {}", last_error_line(&v.log_tail)),
+            ));
+        }
         let why = if fail_after.is_empty() {
             format!("every test that passes after the change also passes before it ({} tests)", v.pass_to_pass.len())
         } else {
@@ -733,6 +744,19 @@ pub fn materialize(
     for p in paths {
         tree::overlay(repo, tree, head, p)?;
     }
+    modern_pytest_section(tree)
+}
+
+/// pytest 4 and later refuse a `[pytest]` section in setup.cfg (it became `[tool:pytest]`);
+/// the scratch tree says it the new way, the same on both sides, so a PR of 2015 runs under
+/// a pytest that starts on today's interpreter with the options its authors set.
+fn modern_pytest_section(tree: &Path) -> Result<()> {
+    let cfg = tree.join("setup.cfg");
+    let Ok(text) = std::fs::read_to_string(&cfg) else { return Ok(()) };
+    if text.lines().any(|l| l.trim() == "[pytest]") {
+        let fixed: Vec<&str> = text.lines().map(|l| if l.trim() == "[pytest]" { "[tool:pytest]" } else { l }).collect();
+        std::fs::write(&cfg, fixed.join("\n") + "\n")?;
+    }
     Ok(())
 }
 
@@ -801,6 +825,19 @@ pub fn run_tests(
         Ok(xml) => Ok(RunOutcome::Report(outcomes::parse_junit(&xml)?, tail)),
         Err(_) => Ok(RunOutcome::NoReport(exit.code, tail)),
     }
+}
+
+/// The line of a runner's output that says what went wrong (pytest's `E   ` lines, else the
+/// last line).
+fn last_error_line(tail: &str) -> String {
+    let lines: Vec<&str> = tail.lines().collect();
+    lines
+        .iter()
+        .rev()
+        .find(|l| l.starts_with("E ") && l.trim().len() > 2)
+        .or(lines.last())
+        .map(|l| l.trim_start_matches('E').trim().to_string())
+        .unwrap_or_default()
 }
 
 /// A log tail without what differs between two runs of the same tests — the runner's timings
