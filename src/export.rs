@@ -366,7 +366,7 @@ pub async fn swebench_instances(lake: &Lake, verified_only: bool) -> Result<(Vec
             // SWE-bench groups instances by the package's version (major.minor); without a stated
             // version, the environment they ran in is what groups them.
             version: match r.package_version.as_deref().filter(|v| !v.is_empty()) {
-                Some(v) => crate::verify::env::major_minor(v),
+                Some(v) => crate::verify::spec::major_minor(v),
                 None => r.env_key.clone(),
             },
             environment_setup_commit: base,

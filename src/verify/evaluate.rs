@@ -13,7 +13,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::{env, sandbox, PrRef, RunOutcome, VerifyConfig};
+use super::runner::RunOutcome;
+use super::{env, sandbox, PrRef, VerifyConfig};
 use crate::git::Mirrors;
 use crate::lake::Lake;
 
@@ -237,13 +238,13 @@ impl Grade {
             merged_at: i.merged_at.clone(),
         };
         let plan = super::plan(&repo, &pr)?;
-        let spec = env::read_spec(&|p| super::read_at(&repo, plan.base, p));
+        let spec = super::spec::read_spec(&|p| super::read_at(&repo, plan.base, p));
         let env = env::prepare(&i.repo_name, &spec, &i.merged_at, &self.tools, &self.sandbox, self.cfg.relax_tooling)
             .map_err(|row| anyhow::anyhow!("environment: {}", row.reason))?;
         let side = self.dir.join("run");
         let tree = side.join("tree");
         let _ = std::fs::remove_dir_all(&side);
-        super::materialize(&repo, plan.base, plan.head, &[], &tree, "base")?;
+        super::runner::materialize(&repo, plan.base, plan.head, &[], &tree, "base")?;
         std::fs::write(side.join("model.patch"), &self.patch)?;
         // The model's patch is applied inside the sandbox (git apply, else patch with fuzz, as
         // SWE-bench's harness tries), then the PR's test files are put as they were after it.
@@ -265,7 +266,7 @@ impl Grade {
             }
             // A failed `git apply --reject` may leave part of the patch: start again.
             let _ = std::fs::remove_dir_all(&tree);
-            super::materialize(&repo, plan.base, plan.head, &[], &tree, "base")?;
+            super::runner::materialize(&repo, plan.base, plan.head, &[], &tree, "base")?;
         }
         if !applied {
             return Ok((
@@ -278,7 +279,8 @@ impl Grade {
             super::tree::overlay(&repo, &tree, plan.head, p)?;
         }
         let modules = if i.test_files.is_empty() { plan.test_modules.clone() } else { i.test_files.clone() };
-        let out = super::run_tests(&tree, &side, "eval", &modules, &env, &self.tools, &self.sandbox, &self.cfg)?;
+        let out =
+            super::runner::run_tests(&tree, &side, "eval", &modules, &env, &self.tools, &self.sandbox, &self.cfg)?;
         let _ = std::fs::copy(side.join("out/eval.log"), self.dir.join("test_output.txt"));
         if !self.cfg.keep_trees {
             let _ = std::fs::remove_dir_all(&side);

@@ -16,12 +16,14 @@
 pub mod env;
 pub mod evaluate;
 pub mod outcomes;
+mod runner;
 pub mod sandbox;
+pub mod spec;
 pub mod tree;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result};
 use git2::{Oid, Repository};
@@ -32,7 +34,8 @@ use crate::lake::rows::to_batch;
 use crate::lake::runs::{self, RunRecord};
 use crate::lake::Lake;
 use crate::stage::{JobSummary, Need, Stage, StageCtx, Unit};
-use outcomes::{TestResult, Verdict};
+use outcomes::Verdict;
+use runner::{last_error_line, run_sides};
 
 pub const ENVIRONMENTS: &str = "environments";
 pub const PR_TESTS: &str = "pr_tests";
@@ -414,49 +417,6 @@ fn read_at(repo: &Repository, commit: Oid, path: &str) -> Option<String> {
     Some(String::from_utf8_lossy(blob.content()).to_string())
 }
 
-/// Whether `version` (3.11.7) meets a PEP 440 specifier set (`>=3.7, !=3.8.*, <4`); clauses
-/// it cannot read are taken as met.
-pub fn python_meets(version: &str, spec: &str) -> bool {
-    let v: Vec<u64> = version.split('.').filter_map(|x| x.parse().ok()).collect();
-    let cmp = |other: &[u64]| -> std::cmp::Ordering {
-        for i in 0..other.len().max(v.len()) {
-            let (a, b) = (v.get(i).copied().unwrap_or(0), other.get(i).copied().unwrap_or(0));
-            if a != b {
-                return a.cmp(&b);
-            }
-        }
-        std::cmp::Ordering::Equal
-    };
-    spec.split(',').map(str::trim).filter(|c| !c.is_empty()).all(|clause| {
-        let op_end = clause.find(|c: char| c.is_ascii_digit()).unwrap_or(clause.len());
-        let (op, rest) = clause.split_at(op_end);
-        let rest = rest.trim();
-        let wildcard = rest.ends_with(".*");
-        let nums: Vec<u64> = rest.trim_end_matches(".*").split('.').filter_map(|x| x.parse().ok()).collect();
-        if nums.is_empty() {
-            return true;
-        }
-        let prefix_eq = v.len() >= nums.len() && v[..nums.len()] == nums[..];
-        use std::cmp::Ordering::*;
-        match (op.trim(), wildcard) {
-            (">=", _) => cmp(&nums) != Less,
-            (">", _) => cmp(&nums) == Greater,
-            ("<=", _) => cmp(&nums) != Greater,
-            ("<", _) => cmp(&nums) == Less,
-            ("==", true) => prefix_eq,
-            ("!=", true) => !prefix_eq,
-            ("==", false) | ("===", false) => cmp(&nums) == Equal,
-            ("!=", false) => cmp(&nums) != Equal,
-            ("~=", _) => {
-                let floor = cmp(&nums) != Less;
-                let keep = nums.len().saturating_sub(1).max(1);
-                floor && v.len() >= keep && v[..keep] == nums[..keep]
-            }
-            _ => true,
-        }
-    })
-}
-
 /// Verifies one PR: never an error, always a verdict.
 pub fn verify_pr(
     repo: &Repository,
@@ -514,10 +474,10 @@ pub fn verify_pr(
                 ),
             ));
         }
-        let spec = env::read_spec(&|p| read_at(repo, plan.base, p));
+        let spec = spec::read_spec(&|p| read_at(repo, plan.base, p));
         v.package_version = spec.version.clone().unwrap_or_default();
         if let Some(rp) = &spec.requires_python {
-            if !python_meets(&tools.python_version, rp) {
+            if !spec::python_meets(&tools.python_version, rp) {
                 return Err((
                     "env_failed",
                     format!("requires-python {rp} is not met by python {}", tools.python_version),
@@ -662,207 +622,9 @@ fn work_dir(tools: &env::Tools, pr: &PrRef) -> PathBuf {
     tools.root.join("work").join(format!("{safe}-{}", pr.pr_number))
 }
 
-/// The runs of both sides.
-struct Sides {
-    before: Vec<Vec<TestResult>>,
-    after: Vec<Vec<TestResult>>,
-    after_tail: String,
-}
-
-/// Materializes and runs each side `repeat` times; a side that cannot run ends the PR with
-/// its status.
-#[allow(clippy::too_many_arguments)]
-fn run_sides(
-    repo: &Repository,
-    plan: &Plan,
-    env: &env::Env,
-    tools: &env::Tools,
-    sandbox: &sandbox::Sandbox,
-    cfg: &VerifyConfig,
-    work: &Path,
-    repo_name: &str,
-    pr_number: i64,
-) -> std::result::Result<Sides, (&'static str, String)> {
-    let mut sides = Sides { before: Vec::new(), after: Vec::new(), after_tail: String::new() };
-    for side in ["before", "after"] {
-        let dir = work.join(side);
-        let tree = dir.join("tree");
-        let overlay: &[String] = if side == "before" { &plan.test_paths } else { &plan.all_paths };
-        materialize(
-            repo,
-            plan.base,
-            plan.head,
-            overlay,
-            &tree,
-            &format!("{repo_name} at the merge base of #{pr_number}"),
-        )
-        .map_err(|e| ("patch_failed", format!("{side}: {e:#}")))?;
-        for run in 1..=cfg.repeat.max(1) {
-            let r = run_tests(&tree, &dir, &format!("{side}-{run}"), &plan.test_modules, env, tools, sandbox, cfg)
-                .map_err(|e| ("env_failed", format!("{side} run {run}: {e:#}")))?;
-            match r {
-                RunOutcome::Report(tests, tail) => {
-                    if side == "after" {
-                        sides.after_tail = tail;
-                        sides.after.push(tests);
-                    } else {
-                        sides.before.push(tests);
-                    }
-                }
-                RunOutcome::TimedOut(tail) => {
-                    return Err((
-                        "timeout",
-                        format!("{side} run {run} passed the {} s limit: {tail}", cfg.timeout_secs),
-                    ))
-                }
-                RunOutcome::NoReport(Some(5), tail) => {
-                    return Err(("tests_not_found", format!("{side} run {run}: no test collected: {tail}")))
-                }
-                RunOutcome::NoReport(code, tail) => {
-                    return Err((
-                        "env_failed",
-                        format!("{side} run {run}: the runner wrote no report (exit {code:?}): {tail}"),
-                    ))
-                }
-            }
-        }
-    }
-    Ok(sides)
-}
-
-/// The tree of `base` with `paths` as they are at `head`, and a `.git` holding the base alone.
-pub fn materialize(
-    repo: &Repository,
-    base: Oid,
-    head: Oid,
-    paths: &[String],
-    tree: &Path,
-    message: &str,
-) -> Result<()> {
-    tree::write_commit(repo, base, tree)?;
-    tree::init_git(tree, message)?;
-    for p in paths {
-        tree::overlay(repo, tree, head, p)?;
-    }
-    modern_pytest_section(tree)
-}
-
-/// pytest 4 and later refuse a `[pytest]` section in setup.cfg (it became `[tool:pytest]`);
-/// the scratch tree says it the new way, the same on both sides, so a PR of 2015 runs under
-/// a pytest that starts on today's interpreter with the options its authors set.
-fn modern_pytest_section(tree: &Path) -> Result<()> {
-    let cfg = tree.join("setup.cfg");
-    let Ok(text) = std::fs::read_to_string(&cfg) else { return Ok(()) };
-    if text.lines().any(|l| l.trim() == "[pytest]") {
-        let fixed: Vec<&str> = text.lines().map(|l| if l.trim() == "[pytest]" { "[tool:pytest]" } else { l }).collect();
-        std::fs::write(&cfg, fixed.join("\n") + "\n")?;
-    }
-    Ok(())
-}
-
-/// How one run of the runner ended.
-pub enum RunOutcome {
-    Report(Vec<TestResult>, String),
-    TimedOut(String),
-    NoReport(Option<i32>, String),
-}
-
-/// Runs pytest on `modules` (the whole suite when empty) in `tree`, in the sandbox: only
-/// `side_dir` (the tree and its reports) is writable.
-#[allow(clippy::too_many_arguments)]
-pub fn run_tests(
-    tree: &Path,
-    side_dir: &Path,
-    label: &str,
-    modules: &[String],
-    env: &env::Env,
-    tools: &env::Tools,
-    sandbox: &sandbox::Sandbox,
-    cfg: &VerifyConfig,
-) -> Result<RunOutcome> {
-    let out = side_dir.join("out");
-    std::fs::create_dir_all(&out)?;
-    let junit = out.join(format!("{label}.xml"));
-    let log = out.join(format!("{label}.log"));
-    let _ = std::fs::remove_file(&junit);
-    let mut argv: Vec<String> = vec![
-        env.venv.join("bin/python").to_string_lossy().to_string(),
-        "-m".into(),
-        "pytest".into(),
-        "-p".into(),
-        "no:cacheprovider".into(),
-        "-o".into(),
-        "junit_family=xunit1".into(),
-        format!("--junitxml={}", junit.display()),
-        "-q".into(),
-        "--color=no".into(),
-        "-rN".into(),
-    ];
-    if !cfg.whole_suite {
-        argv.extend(modules.iter().cloned());
-    }
-    let src = tree.join("src");
-    let pythonpath = if src.is_dir() { src } else { tree.to_path_buf() };
-    let envs = vec![
-        ("PATH".to_string(), format!("{}:/usr/bin:/bin", env.venv.join("bin").display())),
-        ("HOME".to_string(), "/tmp".to_string()),
-        ("PYTHONPATH".to_string(), pythonpath.to_string_lossy().to_string()),
-        ("PYTHONDONTWRITEBYTECODE".to_string(), "1".to_string()),
-        ("PYTHONHASHSEED".to_string(), "0".to_string()),
-        ("LANG".to_string(), "C.UTF-8".to_string()),
-        ("TZ".to_string(), "UTC".to_string()),
-    ];
-    let mounts = sandbox::Mounts {
-        read_only: vec![tools.python_prefix.clone(), env.venv.clone()],
-        writable: vec![side_dir.to_path_buf()],
-    };
-    let exit = sandbox.run(&argv, tree, &envs, &mounts, &log, Duration::from_secs(cfg.timeout_secs))?;
-    let tail = without_durations(&sandbox::tail(&log, 15));
-    if exit.timed_out {
-        return Ok(RunOutcome::TimedOut(tail));
-    }
-    match std::fs::read_to_string(&junit) {
-        Ok(xml) => Ok(RunOutcome::Report(outcomes::parse_junit(&xml)?, tail)),
-        Err(_) => Ok(RunOutcome::NoReport(exit.code, tail)),
-    }
-}
-
-/// The line of a runner's output that says what went wrong (pytest's `E   ` lines, else the
-/// last line).
-fn last_error_line(tail: &str) -> String {
-    let lines: Vec<&str> = tail.lines().collect();
-    lines
-        .iter()
-        .rev()
-        .find(|l| l.starts_with("E ") && l.trim().len() > 2)
-        .or(lines.last())
-        .map(|l| l.trim_start_matches('E').trim().to_string())
-        .unwrap_or_default()
-}
-
-/// A log tail without what differs between two runs of the same tests — the runner's timings
-/// (`in 2.31s`) and object addresses (`0x7f3a…`) — so two runs give the same text.
-fn without_durations(text: &str) -> String {
-    let timing = regex::Regex::new(r"\bin \d+(\.\d+)?s\b").expect("a valid pattern");
-    let address = regex::Regex::new(r"\b0x[0-9a-fA-F]{6,}\b").expect("a valid pattern");
-    address.replace_all(&timing.replace_all(text, "in …s"), "0x…").to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn requires_python_clauses() {
-        assert!(python_meets("3.11.7", ">=3.7"));
-        assert!(!python_meets("3.11.7", "<3.11"));
-        assert!(python_meets("3.11.7", ">=3.6, !=3.0.*, <4"));
-        assert!(!python_meets("3.11.7", "!=3.11.*"));
-        assert!(python_meets("3.11.7", "~=3.8"));
-        assert!(!python_meets("3.11.7", "~=3.8.1"));
-        assert!(python_meets("3.11.7", "==3.11.*"));
-        assert!(!python_meets("2.7.18", ">=3.7"));
-    }
 
     #[test]
     fn test_modules_and_test_paths() {
@@ -872,7 +634,5 @@ mod tests {
         assert!(is_test_module("tests/test_api.py") && is_test_module("pkg/api_test.py"));
         assert!(is_test_module("jinja2/testsuite/core_tags.py"));
         assert!(!is_test_module("tests/conftest.py") && !is_test_module("tests/res/test.txt"));
-        assert_eq!(without_durations("1 failed, 2 passed in 0.31s"), "1 failed, 2 passed in …s");
-        assert_eq!(without_durations("<function f at 0x7f3a2b4c5d60>"), "<function f at 0x…>");
     }
 }
