@@ -118,8 +118,7 @@ const REFSPECS: [&str; 4] = [
 
 /// Where the mirror of `repo_name` lives under `cache`.
 pub fn mirror_path(cache: &Path, repo_name: &str) -> PathBuf {
-    let safe: String =
-        repo_name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    let safe = crate::files::path_segment(repo_name);
     cache.join(format!("{safe}.git"))
 }
 

@@ -74,9 +74,9 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// Keys as path segments: anything but letters, digits, `-`, `_`, `.` becomes `_`.
+/// Keys as path segments.
 fn segment(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
+    crate::files::path_segment(s)
 }
 
 /// Another run holds inputs this run needs.

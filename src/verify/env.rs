@@ -422,6 +422,7 @@ fn last_error(text: &str) -> String {
     one_line(&pick.join(" / "))
 }
 
+/// A reason as one line of at most 400 characters (a table cell, not a log).
 pub fn one_line(s: &str) -> String {
     let s: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
     if s.chars().count() > 400 {

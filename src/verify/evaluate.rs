@@ -148,7 +148,7 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
             tools = Some((env::Tools::prepare(&opts.cfg, &opts.mirrors.cache_dir)?, sb));
         }
         let (t, sb) = tools.as_ref().expect("prepared above");
-        let dir = logs.join(safe(&id));
+        let dir = logs.join(crate::files::path_segment(&id));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("patch.diff"), &patch)?;
@@ -201,10 +201,6 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
     std::fs::write(&opts.out, serde_json::to_string_pretty(&report)? + "\n")
         .with_context(|| format!("writing {}", opts.out.display()))?;
     Ok(report)
-}
-
-fn safe(id: &str) -> String {
-    id.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect()
 }
 
 /// One prediction graded on a blocking thread.

@@ -617,8 +617,7 @@ pub fn plan(repo: &Repository, pr: &PrRef) -> Result<Plan> {
 }
 
 fn work_dir(tools: &env::Tools, pr: &PrRef) -> PathBuf {
-    let safe: String =
-        pr.repo_name.chars().map(|c| if c.is_ascii_alphanumeric() || "-_.".contains(c) { c } else { '_' }).collect();
+    let safe = crate::files::path_segment(&pr.repo_name);
     tools.root.join("work").join(format!("{safe}-{}", pr.pr_number))
 }
 
