@@ -36,6 +36,8 @@ pub struct Tools {
     pub python_prefix: PathBuf,
     /// `[verify] dir`, else `<cache>/.verify`: locks, environments, scratch trees.
     pub root: PathBuf,
+    /// Node and npm, for JavaScript and TypeScript trees, or why there are none.
+    pub node: std::result::Result<super::node::NodeTools, String>,
 }
 
 impl Tools {
@@ -68,6 +70,7 @@ impl Tools {
             python_version: lines[1].to_string(),
             python_prefix: PathBuf::from(lines[2]),
             root,
+            node: super::node::NodeTools::probe(),
         })
     }
 
@@ -168,8 +171,11 @@ pub struct EnvRow {
 #[derive(Debug, Clone)]
 pub struct Env {
     pub key: String,
+    /// The virtual environment, or the directory holding `node_modules`.
     pub venv: PathBuf,
     pub row: EnvRow,
+    /// How a JavaScript or TypeScript PR's tests run (`None`: pytest).
+    pub node: Option<super::node::NodeRun>,
 }
 
 /// The environment of `spec` as of `as_of`, built or taken from the cache; `Err(row)` says
@@ -230,7 +236,7 @@ pub fn prepare(
                 row.env_key = key.clone();
                 row.status = "ready".into();
                 row.seconds = if fresh { started.elapsed().as_secs_f64() } else { 0.0 };
-                return Ok(Env { key, venv, row });
+                return Ok(Env { key, venv, row, node: None });
             }
             Ok((Err((e, lock)), _)) => {
                 first_lock.get_or_insert(lock);

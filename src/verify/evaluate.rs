@@ -234,9 +234,9 @@ impl Grade {
             merged_at: i.merged_at.clone(),
         };
         let plan = super::plan(&repo, &pr)?;
-        let spec = super::spec::read_spec(&|p| super::read_at(&repo, plan.base, p));
-        let env = env::prepare(&i.repo_name, &spec, &i.merged_at, &self.tools, &self.sandbox, self.cfg.relax_tooling)
-            .map_err(|row| anyhow::anyhow!("environment: {}", row.reason))?;
+        let language = super::language_at(&repo, plan.base);
+        let (env, _) = super::prepare_env(&repo, plan.base, language, &pr, &self.cfg, &self.tools, &self.sandbox)
+            .map_err(|stop| anyhow::anyhow!("environment ({}): {}", stop.status, stop.reason))?;
         let side = self.dir.join("run");
         let tree = side.join("tree");
         let _ = std::fs::remove_dir_all(&side);
@@ -274,7 +274,7 @@ impl Grade {
         for p in &plan.test_paths {
             super::tree::overlay(&repo, &tree, plan.head, p)?;
         }
-        let modules = if i.test_files.is_empty() { plan.test_modules.clone() } else { i.test_files.clone() };
+        let modules = if i.test_files.is_empty() { super::modules_for(language, &plan) } else { i.test_files.clone() };
         let out =
             super::runner::run_tests(&tree, &side, "eval", &modules, &env, &self.tools, &self.sandbox, &self.cfg)?;
         let _ = std::fs::copy(side.join("out/eval.log"), self.dir.join("test_output.txt"));

@@ -11,10 +11,12 @@
 //! a verdict for their current merge base and head). Not part of `run --all` unless `--verify`
 //! or `[verify] enabled = true`: it runs untrusted code.
 //!
-//! Python only so far: a tree without a Python project gets `toolchain_unavailable`.
+//! Python ([`mod@env`]) and JavaScript/TypeScript ([`node`]: npm, jest, vitest, mocha); a tree of
+//! another language gets `toolchain_unavailable`.
 
 pub mod env;
 pub mod evaluate;
+pub mod node;
 pub mod outcomes;
 mod runner;
 pub mod sandbox;
@@ -401,6 +403,91 @@ fn language_of(has: &dyn Fn(&str) -> bool) -> &'static str {
     }
 }
 
+/// The language of the tree at `commit` (TypeScript counts as JavaScript: one toolchain).
+pub(crate) fn language_at(repo: &Repository, commit: Oid) -> &'static str {
+    language_of(&|p: &str| read_at(repo, commit, p).is_some())
+}
+
+/// The PR's test files a runner of `language` is pointed at.
+pub(crate) fn modules_for(language: &str, plan: &Plan) -> Vec<String> {
+    plan.test_modules
+        .iter()
+        .filter(|m| if language == "javascript" { node::is_test_file(m) } else { is_test_module(m) })
+        .cloned()
+        .collect()
+}
+
+/// Why a PR's environment could not be had.
+pub(crate) struct EnvStop {
+    pub status: &'static str,
+    pub reason: String,
+    /// The environment's row, when one was tried.
+    pub row: Option<Box<env::EnvRow>>,
+    /// The project's version as the tree states it.
+    pub version: String,
+}
+
+/// The environment a PR's tests run in, as of its merge date, for the language of its tree
+/// at `base`; with the project's version as the tree states it.
+pub(crate) fn prepare_env(
+    repo: &Repository,
+    base: Oid,
+    language: &str,
+    pr: &PrRef,
+    cfg: &VerifyConfig,
+    tools: &env::Tools,
+    sandbox: &sandbox::Sandbox,
+) -> std::result::Result<(env::Env, String), EnvStop> {
+    let read = |p: &str| read_at(repo, base, p);
+    let stop = |status, reason: String, version: &Option<String>| EnvStop {
+        status,
+        reason,
+        row: None,
+        version: version.clone().unwrap_or_default(),
+    };
+    let failed = |row: Box<env::EnvRow>, version: Option<String>| EnvStop {
+        status: "env_failed",
+        reason: format!("environment as of {}: {}", pr.merged_at, row.reason),
+        row: Some(row),
+        version: version.unwrap_or_default(),
+    };
+    match language {
+        "python" => {
+            let spec = spec::read_spec(&read);
+            if let Some(rp) = &spec.requires_python {
+                if !spec::python_meets(&tools.python_version, rp) {
+                    let why = format!("requires-python {rp} is not met by python {}", tools.python_version);
+                    return Err(stop("env_failed", why, &spec.version));
+                }
+            }
+            match env::prepare(&pr.repo_name, &spec, &pr.merged_at, tools, sandbox, cfg.relax_tooling) {
+                Ok(e) => Ok((e, spec.version.unwrap_or_default())),
+                Err(row) => Err(failed(row, spec.version)),
+            }
+        }
+        "javascript" => {
+            let spec = node::read_spec(&read).map_err(|why| stop("toolchain_unavailable", why, &None))?;
+            if let Err(why) = &tools.node {
+                return Err(stop("toolchain_unavailable", why.clone(), &spec.version));
+            }
+            match node::prepare(&pr.repo_name, &spec, &pr.merged_at, tools, sandbox) {
+                Ok(e) => Ok((e, spec.version.unwrap_or_default())),
+                Err(row) => Err(failed(row, spec.version)),
+            }
+        }
+        "unknown" => Err(stop(
+            "toolchain_unavailable",
+            "no project file (pyproject.toml, setup.py, package.json, Cargo.toml, go.mod) at the merge base".into(),
+            &None,
+        )),
+        l => Err(stop(
+            "toolchain_unavailable",
+            format!("{l} environments are not built yet (Python, JavaScript and TypeScript so far)"),
+            &None,
+        )),
+    }
+}
+
 /// A Python file of a test path that pytest can be pointed at: named on the command line,
 /// any module is collected (old suites such as `jinja2/testsuite/core_tags.py` are not named
 /// `test_*.py`); `conftest.py` and `__init__.py` hold fixtures, not tests.
@@ -453,51 +540,35 @@ pub fn verify_pr(
                 "the PR changes no test file (SWE-bench's rule: a path with test or e2e)".into(),
             ));
         }
-        let has = |p: &str| read_at(repo, plan.base, p).is_some();
-        let language = language_of(&has);
-        if language != "python" {
-            let why = match language {
-                "unknown" => {
-                    "no project file (pyproject.toml, setup.py, package.json, Cargo.toml, go.mod) at the merge base"
-                        .to_string()
-                }
-                l => format!("{l} environments are not built yet (Python only so far)"),
-            };
-            return Err(("toolchain_unavailable", why));
-        }
-        if plan.test_modules.is_empty() && !cfg.whole_suite {
+        let language = language_at(repo, plan.base);
+        let modules = modules_for(language, &plan);
+        v.test_files = modules.clone();
+        if modules.is_empty() && !cfg.whole_suite && ["python", "javascript"].contains(&language) {
+            let kind = if language == "python" { "test_*.py, *_test.py" } else { "*.js, *.ts outside fixtures" };
             return Err((
                 "tests_not_found",
-                format!(
-                    "the PR's test changes hold no test module (test_*.py, *_test.py): {}",
-                    plan.test_paths.join(", ")
-                ),
+                format!("the PR's test changes hold no test module ({kind}): {}", plan.test_paths.join(", ")),
             ));
         }
-        let spec = spec::read_spec(&|p| read_at(repo, plan.base, p));
-        v.package_version = spec.version.clone().unwrap_or_default();
-        if let Some(rp) = &spec.requires_python {
-            if !spec::python_meets(&tools.python_version, rp) {
-                return Err((
-                    "env_failed",
-                    format!("requires-python {rp} is not met by python {}", tools.python_version),
-                ));
+        let env = match prepare_env(repo, plan.base, language, pr, cfg, tools, sandbox) {
+            Ok((env, version)) => {
+                v.package_version = version;
+                env
             }
-        }
-        let env = match env::prepare(&pr.repo_name, &spec, &pr.merged_at, tools, sandbox, cfg.relax_tooling) {
-            Ok(e) => e,
-            Err(row) => {
-                let why = format!("environment as of {}: {}", pr.merged_at, row.reason);
-                v.env_key = row.env_key.clone();
-                result.env = Some(*row);
-                return Err(("env_failed", why));
+            Err(stop) => {
+                v.package_version = stop.version;
+                if let Some(row) = stop.row {
+                    v.env_key = row.env_key.clone();
+                    result.env = Some(*row);
+                }
+                return Err((stop.status, stop.reason));
             }
         };
         v.env_key = env.key.clone();
         result.env = Some(env.row.clone());
         let work = work_dir(tools, pr);
         let _ = std::fs::remove_dir_all(&work);
-        let sides = run_sides(repo, &plan, &env, tools, sandbox, cfg, &work, &pr.repo_name, pr.pr_number);
+        let sides = run_sides(repo, &plan, &modules, &env, tools, sandbox, cfg, &work, &pr.repo_name, pr.pr_number);
         if !cfg.keep_trees {
             let _ = std::fs::remove_dir_all(&work);
         }
@@ -603,7 +674,7 @@ pub fn plan(repo: &Repository, pr: &PrRef) -> Result<Plan> {
                 test_paths.insert(p);
             }
         }
-        if is_test && c.status != 'D' && is_test_module(&path) {
+        if is_test && c.status != 'D' && (is_test_module(&path) || node::is_test_file(&path)) {
             modules.insert(path);
         }
     }

@@ -2,7 +2,8 @@
 //! with its test, a change without tests, a refactor whose new test passed before, a feature
 //! with a flaky test beside its own), run through the command line from `--repos-file` alone:
 //! real git, real uv against PyPI as of the PRs' day, real bubblewrap, real pytest. Then a
-//! model's patch that tries to leave the sandbox. The real histories of `../shared/history`
+//! model's patch that tries to leave the sandbox. A JavaScript repository (mocha, a committed
+//! lockfile) verifies the same way. The real histories of `../shared/history`
 //! are verified in `history.rs`.
 
 use std::io::Read;
@@ -421,4 +422,207 @@ fn the_sandbox_refuses_what_is_not_its_own() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(!process_running(&["sleep", "987655"]), "a background child outlived the timeout");
     assert!(swelake::verify::sandbox::Sandbox::new("docker", 1, 1).unwrap_err().to_string().contains("bwrap or none"));
+}
+
+const JS_PACKAGE: &str = r#"{
+  "name": "calc-js",
+  "version": "0.3.0",
+  "private": true,
+  "scripts": { "test": "NODE_ENV=test mocha --timeout 5000 --reporter dot test/" },
+  "devDependencies": { "mocha": "^10.2.0" }
+}
+"#;
+const JS_CALC: &str = "'use strict';\n\nfunction mean(xs) {\n  return xs.reduce((a, b) => a + b, 0) / xs.length;\n}\n\nmodule.exports = { mean };\n";
+const JS_TEST: &str = "'use strict';\nconst assert = require('assert');\nconst { mean } = require('../lib/calc');\n\ndescribe('mean', () => {\n  it('of numbers', () => assert.strictEqual(mean([1, 2, 3]), 2));\n});\n";
+
+/// acme/calc-js (mocha, its package-lock.json committed) with two merged PRs: a fix with its
+/// test, and a new module whose test file cannot load before it.
+fn make_js_repo(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q"]);
+    write(dir, "package.json", JS_PACKAGE);
+    let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/verify/calc-js/package-lock.json");
+    write(dir, "package-lock.json", &std::fs::read_to_string(lock).unwrap());
+    write(dir, "lib/calc.js", JS_CALC);
+    write(dir, "test/calc.test.js", JS_TEST);
+    write(dir, ".gitignore", "node_modules/\n");
+    let t0 = 1_717_200_000; // 2024-06-01
+    commit(dir, BOB, t0, "Initial import");
+    let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
+    let pr = |n: i64, branch: &str, edits: &dyn Fn(), title: &str| {
+        git(dir, &["checkout", "-q", "-b", branch]);
+        edits();
+        commit(dir, ALICE, t0 + n * 1000, title);
+        git(dir, &["checkout", "-q", "main"]);
+        let msg = format!(
+            "Merge pull request #{n} from alice/{branch}\n\n{title}\n\nThe reported case works now.\nFixes #{}",
+            n + 20
+        );
+        merge(dir, branch, t0 + n * 1000 + 500, &msg);
+    };
+    pr(
+        1,
+        "empty-mean",
+        &|| {
+            write(
+                dir,
+                "lib/calc.js",
+                &read("lib/calc.js")
+                    .replace("  return xs.reduce", "  if (xs.length === 0) return 0;\n  return xs.reduce"),
+            );
+            write(
+                dir,
+                "test/calc.test.js",
+                &read("test/calc.test.js")
+                    .replace("});\n", "  it('of nothing is 0', () => assert.strictEqual(mean([]), 0));\n});\n"),
+            );
+        },
+        "mean() of an empty list is NaN",
+    );
+    pr(
+        2,
+        "median",
+        &|| {
+            write(
+                dir,
+                "lib/median.js",
+                "'use strict';\n\nmodule.exports = function median(xs) {\n  const s = [...xs].sort((a, b) => a - b);\n  const m = s.length >> 1;\n  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;\n};\n",
+            );
+            write(
+                dir,
+                "test/median.test.js",
+                "'use strict';\nconst assert = require('assert');\nconst median = require('../lib/median');\n\ndescribe('median', () => {\n  it('of an odd count', () => assert.strictEqual(median([3, 1, 2]), 2));\n  it('of an even count', () => assert.strictEqual(median([4, 1, 3, 2]), 2.5));\n});\n",
+            );
+        },
+        "A median() helper, as asked",
+    );
+}
+
+/// Whether node and npm are here; with SWELAKE_REQUIRE_PYTHON=1 (CI) their absence fails.
+fn has_node() -> bool {
+    let ok =
+        ["node", "npm"].iter().all(|t| Command::new(t).arg("--version").output().is_ok_and(|o| o.status.success()));
+    if !ok {
+        assert!(
+            !std::env::var("SWELAKE_REQUIRE_PYTHON").is_ok_and(|v| v == "1"),
+            "SWELAKE_REQUIRE_PYTHON=1 but node or npm does not run here"
+        );
+        eprintln!("skipping: node and npm are not installed");
+    }
+    ok
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn javascript_prs_verify_with_their_runner_and_lockfile() {
+    if !can_verify() || !has_node() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    make_js_repo(&work);
+    let src = dir.path().join("src").join("acme").join("calc-js.git");
+    git(dir.path(), &["clone", "-q", "--mirror", work.to_str().unwrap(), src.to_str().unwrap()]);
+    let list = dir.path().join("repos.txt");
+    std::fs::write(&list, "acme/calc-js\n").unwrap();
+    let config = dir.path().join("curation.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[relevance]\nranker = \"bm25\"\n\n[verify]\nrepeat = 2\ntimeout_secs = 120\ndir = \"{}\"\n",
+            verify_dir().display()
+        ),
+    )
+    .unwrap();
+    let lake_dir = dir.path().join("lake");
+    let url = format!("{}/{{repo}}.git", dir.path().join("src").display());
+    let cache = dir.path().join("cache");
+    let (lake_s, list_s, cache_s, config_s) =
+        (lake_dir.to_str().unwrap(), list.to_str().unwrap(), cache.to_str().unwrap(), config.to_str().unwrap());
+    let common =
+        ["--lake", lake_s, "--repos-file", list_s, "--repo-url", &url, "--cache-dir", cache_s, "--config", config_s];
+    let out = swelake(&[&["run", "--all", "--verify"][..], &common].concat(), &[]);
+    assert!(out.contains("status:verified: 2"), "{out}");
+    let lake = Lake::open(lake_s).unwrap();
+    let ctx = lake.session().await.unwrap();
+    let v: Vec<Verdict> = swelake::query::rows(
+        &ctx,
+        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
+         FROM pr_verification ORDER BY pr_number",
+    )
+    .await
+    .unwrap();
+    assert_eq!(v.len(), 2, "{v:#?}");
+    assert_eq!(v[0].fail_to_pass, ["test/calc.test.js::mean > of nothing is 0"], "{v:#?}");
+    assert_eq!(v[0].pass_to_pass, ["test/calc.test.js::mean > of numbers"]);
+    assert_eq!(v[0].package_version, "0.3.0");
+    // The new module's test file does not load before it: its tests fail there.
+    assert_eq!(
+        v[1].fail_to_pass,
+        ["test/median.test.js::median > of an even count", "test/median.test.js::median > of an odd count"],
+        "{v:#?}"
+    );
+    assert!(v[1].pass_to_pass.is_empty() && v[1].flaky.is_empty());
+    assert_eq!(v[0].env_key, v[1].env_key);
+    // The environment is the committed lock's: mocha as it pins it, no date involved.
+    #[derive(Deserialize, Debug)]
+    struct EnvRow {
+        language: String,
+        status: String,
+        packages: Vec<String>,
+        spec_files: Vec<String>,
+        resolved_as_of: String,
+    }
+    let envs: Vec<EnvRow> =
+        swelake::query::rows(&ctx, "SELECT language, status, packages, spec_files, resolved_as_of FROM environments")
+            .await
+            .unwrap();
+    assert_eq!(envs.len(), 1, "{envs:?}");
+    let e = &envs[0];
+    assert_eq!((e.language.as_str(), e.status.as_str()), ("javascript", "ready"));
+    assert!(e.packages.contains(&"mocha==10.8.2".to_string()), "{:?}", e.packages);
+    assert_eq!(e.spec_files, ["package.json", "package-lock.json"]);
+    assert_eq!(e.resolved_as_of, "package-lock.json (committed)");
+
+    // The gold patch resolves under evaluate; the test-only patch does not.
+    let export = dir.path().join("swebench");
+    swelake(&["export", "--lake", lake_s, "--format", "swebench", "--out", export.to_str().unwrap()], &[]);
+    let mut instances: Vec<serde_json::Value> = Vec::new();
+    for split in ["train", "test"] {
+        let text = std::fs::read_to_string(export.join(format!("{split}.jsonl"))).unwrap_or_default();
+        instances.extend(text.lines().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()));
+    }
+    instances.sort_by_key(|i| i["instance_id"].as_str().unwrap().to_string());
+    assert_eq!(instances.len(), 2);
+    let line = |id: &str, patch: &str| {
+        serde_json::json!({"instance_id": id, "model_name_or_path": "m", "model_patch": patch}).to_string() + "\n"
+    };
+    let preds = dir.path().join("preds.jsonl");
+    std::fs::write(
+        &preds,
+        line("acme__calc-js-1", instances[0]["patch"].as_str().unwrap())
+            + &line("acme__calc-js-2", instances[1]["test_patch"].as_str().unwrap()),
+    )
+    .unwrap();
+    let report_path = dir.path().join("eval/report.json");
+    swelake(
+        &[
+            "evaluate",
+            "--lake",
+            lake_s,
+            "--predictions",
+            preds.to_str().unwrap(),
+            "--repo-url",
+            &url,
+            "--cache-dir",
+            cache_s,
+            "--config",
+            config_s,
+            "--out",
+            report_path.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
+    assert_eq!(report["resolved_ids"], serde_json::json!(["acme__calc-js-1"]), "{report:#}");
+    assert_eq!(report["unresolved_ids"], serde_json::json!(["acme__calc-js-2"]), "{report:#}");
 }
