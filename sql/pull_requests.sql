@@ -37,6 +37,8 @@ agg AS (
         latest_by(title, created_at, event_id) FILTER (WHERE title IS NOT NULL) AS title,
         latest_by(snapshot_source, created_at, event_id) FILTER (WHERE title IS NOT NULL) AS title_source,
         latest_by(body, created_at, event_id) FILTER (WHERE body IS NOT NULL) AS body,
+        latest_by(event_id, created_at, event_id) FILTER (WHERE body IS NOT NULL) AS body_event_id,
+        latest_by(event_id, created_at, event_id) FILTER (WHERE title IS NOT NULL) AS title_event_id,
         latest_by(author_login, created_at, event_id) FILTER (WHERE author_login IS NOT NULL) AS author_login,
         latest_by(author_id, created_at, event_id) FILTER (WHERE author_id IS NOT NULL) AS author_id,
         latest_by(author_type, created_at, event_id) FILTER (WHERE author_type IS NOT NULL) AS author_type,
@@ -99,7 +101,12 @@ SELECT
         WHEN last_explicit_merged = false AND (last_close_at IS NULL OR last_explicit_at >= last_close_at) THEN 'pull_request_event'
         ELSE 'unknown'
     END AS merge_source,
-    coalesce(title_source, 'none') AS metadata_source,
+    -- Events made from GitHub's REST API (`ingest --github`) have ids `api-…`: the text is
+    -- the API's when the body (else the title) came from one.
+    CASE
+        WHEN coalesce(body_event_id, title_event_id) LIKE 'api-%' THEN 'github_api'
+        ELSE coalesce(title_source, 'none')
+    END AS metadata_source,
     base_ref,
     base_sha,
     head_ref,

@@ -76,6 +76,7 @@ pub const FILES: &[(&str, &str)] = &[
     ("rl_seed", include_str!("../schemas/rl_seed.toml")),
     ("seed_shards", include_str!("../schemas/seed_shards.toml")),
     ("seed_rejections", include_str!("../schemas/seed_rejections.toml")),
+    ("github_api_repos", include_str!("../schemas/github_api_repos.toml")),
 ];
 
 /// A parsed schema file with its Arrow schema, or why it does not build.

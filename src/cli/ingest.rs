@@ -1,4 +1,5 @@
-//! `swelake ingest`: GH Archive hour files into `events`.
+//! `swelake ingest`: GH Archive hour files into `events`; with `--github`, the same events
+//! read from GitHub's REST API for the repositories of a repos file.
 
 use std::process::ExitCode;
 
@@ -12,10 +13,40 @@ use crate::ingest::IngestOptions;
 use crate::lake::Codec;
 
 #[derive(Args, Debug)]
+#[command(after_help = "Examples:
+  swelake ingest --source data-samples/gharchive --lake lake
+  swelake ingest --source https://data.gharchive.org --from 2025-01-01-0 --to 2025-01-01-23 --lake lake
+  GITHUB_TOKEN=… swelake ingest --github --repos-file repos.txt --lake lake --since 2025-10-01T00:00:00Z
+
+With --github, each repository's pull requests, issues and comments are read from GitHub's REST API
+(GitHub Enterprise Server: --api-url https://HOST/api/v3) and written as events of GH Archive's shape
+(events.source = 'github_api'); a rerun asks only for what changed (github_api_repos).")]
 pub(crate) struct IngestArgs {
     /// Hour files: a directory, a file, a glob, or a URL prefix (s3://, gs://, az://, http(s)://).
+    #[arg(long, required_unless_present = "github", conflicts_with = "github")]
+    source: Option<String>,
+    /// Read the repositories of --repos-file through GitHub's REST API instead of hour files.
+    #[arg(long, requires = "repos_file")]
+    github: bool,
+    /// With --github: one owner/name per line (# comments).
+    #[arg(long, value_name = "FILE")]
+    repos_file: Option<std::path::PathBuf>,
+    /// With --github: the API's base URL (GitHub Enterprise Server: https://HOST/api/v3).
+    #[arg(long, default_value = "https://api.github.com")]
+    api_url: String,
+    /// With --github: the environment variable holding the token (never logged or stored).
+    #[arg(long, default_value = "GITHUB_TOKEN", value_name = "NAME")]
+    token_env: String,
+    /// With --github: read objects updated at or after this time (RFC 3339 or YYYY-MM-DD) for a
+    /// repository read for the first time; later runs go on from the watermark.
     #[arg(long)]
-    source: String,
+    since: Option<String>,
+    /// With --github: leave out events after this time (RFC 3339 or YYYY-MM-DD).
+    #[arg(long)]
+    until: Option<String>,
+    /// With --github: the most HTTP calls this run makes (a rerun goes on where it stopped).
+    #[arg(long, default_value_t = 4000)]
+    max_calls: u64,
     #[command(flatten)]
     lake: LakeArg,
     /// First hour to ingest, YYYY-MM-DD-H (inclusive).
@@ -47,6 +78,9 @@ pub(crate) struct IngestArgs {
 impl IngestArgs {
     pub(crate) async fn run(self, ctx: &Ctx) -> Result<ExitCode> {
         let a = self;
+        if a.github {
+            return a.run_github(ctx).await;
+        }
         if let (Some(f), Some(t)) = (a.from, a.to) {
             if f > t {
                 bail!("--from {} is after --to {}", f.key(), t.key());
@@ -55,7 +89,7 @@ impl IngestArgs {
         let lake = a.lake.open(ctx)?;
         crate::memory::keep_freed_memory();
         let opts = IngestOptions {
-            source: a.source,
+            source: a.source.unwrap_or_default(),
             from: a.from,
             to: a.to,
             force: a.force,
@@ -75,6 +109,54 @@ impl IngestArgs {
         }
         Ok(if summary.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
     }
+}
+
+impl IngestArgs {
+    async fn run_github(self, ctx: &Ctx) -> Result<ExitCode> {
+        let file = self.repos_file.as_ref().expect("clap requires --repos-file with --github");
+        let text = std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("reading {}: {e}", file.display()))?;
+        let mut repos = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let l = line.split('#').next().unwrap_or("").trim();
+            if l.is_empty() {
+                continue;
+            }
+            let ok = l.split('/').count() == 2 && l.split('/').all(|p| !p.is_empty());
+            if !ok {
+                bail!("{}:{}: `{l}` is not owner/name", file.display(), i + 1);
+            }
+            repos.push(l.to_string());
+        }
+        let lake = self.lake.open(ctx)?;
+        let opts = crate::ingest::github::GithubOptions {
+            repos,
+            api_url: self.api_url,
+            token_env: self.token_env,
+            since: self.since.as_deref().map(rfc3339).transpose()?,
+            until: self.until.as_deref().map(rfc3339).transpose()?,
+            max_calls: self.max_calls,
+            show_progress: !ctx.quiet,
+        };
+        let summary = crate::ingest::github::run(&lake, &opts).await?;
+        if self.output.json {
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        } else {
+            print!("{}", summary.render_text());
+        }
+        let failed = summary.repos.iter().any(|r| r.status == "failed");
+        Ok(if failed { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+    }
+}
+
+/// A time as GitHub writes it (`2025-10-01T00:00:00Z`), from RFC 3339 or a date.
+fn rfc3339(s: &str) -> Result<String> {
+    if let Ok(t) = chrono::DateTime::parse_from_rfc3339(s) {
+        return Ok(t.with_timezone(&chrono::Utc).to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    }
+    if let Ok(d) = chrono::NaiveDate::parse_from_str(s, "%Y-%m-%d") {
+        return Ok(format!("{d}T00:00:00Z"));
+    }
+    bail!("`{s}` is not a time (2025-10-01T00:00:00Z) or a date (2025-10-01)")
 }
 
 /// Parquet codec of the files a job writes.

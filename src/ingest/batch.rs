@@ -109,7 +109,7 @@ builders! {
     comment_author_type: Str, comment_path: Str, review_state: Str, ref_name: Str,
     ref_type: Str, push_head: Str, push_before: Str, push_size: Int64Builder,
     push_commit_shas: StrList, push_commit_messages: StrList, payload_trimmed: BooleanBuilder,
-    source_file: Str, source_line: Int64Builder, event_date: Date32Builder,
+    source_file: Str, source_line: Int64Builder, event_date: Date32Builder, source: Str,
 }
 
 /// Accumulates events into Arrow columns; `finish` yields a batch and starts over.
@@ -280,6 +280,11 @@ impl EventsBuilder {
         c.source_file.val(source_file);
         c.source_line.append_value(line as i64);
         c.event_date.append_value(date32_of(e.created_at));
+        c.source.val(if source_file.starts_with(crate::ingest::github::SOURCE_PREFIX) {
+            "github_api"
+        } else {
+            "gharchive"
+        });
         self.rows += 1;
         self.bytes += e.payload_raw.len() + 256;
     }

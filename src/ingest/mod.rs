@@ -12,6 +12,7 @@
 pub(crate) mod batch;
 pub mod completeness;
 pub(crate) mod event;
+pub mod github;
 pub(crate) mod reader;
 pub(crate) mod scan;
 pub mod source;

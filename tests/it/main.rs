@@ -9,6 +9,7 @@ mod curation;
 mod distributed;
 mod docs;
 mod git_prs;
+mod github_api;
 mod history;
 mod ingest;
 mod lake;

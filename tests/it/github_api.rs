@@ -1,0 +1,367 @@
+//! `swelake ingest --github` against a local server that behaves as GitHub's REST API does —
+//! `Link` pagination, `per_page`, `since`, ETags and 304s, rate-limit headers, one secondary
+//! limit (403 with `retry-after`), one 502, 401 without the token — serving real REST objects:
+//! the pull_request, issue and comment objects of five repositories of GH Archive's
+//! 2025-01-01-15 hour (tests/data/github; the pulls list's objects as GitHub's "simple" ones,
+//! without `merged`, `additions`, `commits` …). The same hour's archive lines give the other lake.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Body;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::Response;
+use serde::Deserialize;
+use serde_json::Value;
+use swelake::lake::Lake;
+
+const TOKEN: &str = "ghp_sentinel_Zq9vX2mK7wR4tY8uP1sN";
+/// The mock's largest page, so that the five repositories' lists take several pages.
+const PAGE_CAP: usize = 2;
+
+#[derive(Default)]
+struct Mock {
+    data: Value,
+    base: String,
+    /// (path and query, status) of every request.
+    log: Vec<(String, u16)>,
+    faults: Vec<(String, u16)>,
+    calls: u64,
+}
+
+fn data_dir() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/github")
+}
+
+fn query_of(q: &str) -> BTreeMap<String, String> {
+    q.split('&').filter_map(|kv| kv.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn updated(v: &Value) -> &str {
+    v.get("updated_at").and_then(Value::as_str).unwrap_or("")
+}
+
+async fn handle(State(mock): State<Arc<Mutex<Mock>>>, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let headers: HeaderMap = req.headers().clone();
+    let mut m = mock.lock().unwrap();
+    m.calls += 1;
+    let full = if query.is_empty() { path.clone() } else { format!("{path}?{query}") };
+    let reply = |m: &mut Mock, status: u16, body: String, extra: Vec<(&str, String)>| {
+        m.log.push((full.clone(), status));
+        let mut r = Response::builder().status(status);
+        r = r
+            .header("x-ratelimit-limit", "5000")
+            .header("x-ratelimit-remaining", (5000 - m.calls).to_string())
+            .header("x-ratelimit-reset", "4102444800");
+        for (k, v) in extra {
+            r = r.header(k, v);
+        }
+        r.body(Body::from(body)).unwrap()
+    };
+    let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or("");
+    if auth != format!("Bearer {TOKEN}") {
+        return reply(&mut m, 401, r#"{"message":"Bad credentials"}"#.into(), vec![]);
+    }
+    if let Some(i) = m.faults.iter().position(|(p, _)| full.contains(p.as_str())) {
+        let (_, status) = m.faults.remove(i);
+        let extra = if status == 403 { vec![("retry-after", "1".to_string())] } else { vec![] };
+        let body = if status == 403 {
+            r#"{"message":"You have exceeded a secondary rate limit."}"#
+        } else {
+            "<html>502 Bad Gateway</html>"
+        };
+        return reply(&mut m, status, body.into(), extra);
+    }
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    if parts.len() < 3 || parts[0] != "repos" {
+        return reply(&mut m, 404, r#"{"message":"Not Found"}"#.into(), vec![]);
+    }
+    let name = format!("{}/{}", parts[1], parts[2]);
+    let Some(repo) = m.data.get(&name).cloned() else {
+        return reply(&mut m, 404, r#"{"message":"Not Found"}"#.into(), vec![]);
+    };
+    let q = query_of(&query);
+    let rest = parts[3..].join("/");
+    let (body, page_info) = if rest.is_empty() {
+        (repo["repo"].clone(), None)
+    } else {
+        let (key, desc) = match rest.as_str() {
+            "pulls" => ("pulls", q.get("direction").map(String::as_str) != Some("asc")),
+            "issues" => ("issues", q.get("direction").map(String::as_str) == Some("desc")),
+            "issues/comments" => ("comments", q.get("direction").map(String::as_str) == Some("desc")),
+            _ => return reply(&mut m, 404, r#"{"message":"Not Found"}"#.into(), vec![]),
+        };
+        let mut items: Vec<Value> = repo[key].as_array().cloned().unwrap_or_default();
+        // The pulls list has no `since`; the issues and comments lists do.
+        if let Some(since) = q.get("since").filter(|_| key != "pulls") {
+            items.retain(|i| updated(i) >= since.as_str());
+        }
+        items.sort_by(|a, b| updated(a).cmp(updated(b)));
+        if desc {
+            items.reverse();
+        }
+        let per_page = q.get("per_page").and_then(|p| p.parse().ok()).unwrap_or(30usize).min(PAGE_CAP);
+        let page = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1usize);
+        let total = items.len();
+        let slice: Vec<Value> = items.into_iter().skip((page - 1) * per_page).take(per_page).collect();
+        let next = (page * per_page < total).then(|| {
+            let mut q2 = q.clone();
+            q2.insert("page".into(), (page + 1).to_string());
+            let qs: Vec<String> = q2.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("<{}{path}?{}>; rel=\"next\"", m.base, qs.join("&"))
+        });
+        (Value::Array(slice), next)
+    };
+    let text = body.to_string();
+    let etag = format!("\"{:016x}\"", fnv(&text));
+    if headers.get("if-none-match") == Some(&HeaderValue::from_str(&etag).unwrap()) {
+        return reply(&mut m, 304, String::new(), vec![("etag", etag)]);
+    }
+    let mut extra = vec![("etag", etag), ("content-type", "application/json".to_string())];
+    if let Some(link) = page_info {
+        extra.push(("link", link));
+    }
+    reply(&mut m, 200, text, extra)
+}
+
+fn fnv(s: &str) -> u64 {
+    s.bytes().fold(0xcbf29ce484222325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100000001b3))
+}
+
+/// Runs the CLI; answers (success, stdout + stderr).
+fn swelake(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_swelake"))
+        .args(args)
+        .env_remove("GITHUB_TOKEN")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+#[derive(Deserialize, Debug, PartialEq, Clone)]
+struct Pr {
+    repo_name: String,
+    number: i64,
+    title: Option<String>,
+    body: Option<String>,
+    state: Option<String>,
+    merged: Option<bool>,
+    merge_commit_sha: Option<String>,
+}
+
+#[derive(Deserialize, Debug, PartialEq, Clone)]
+struct Issue {
+    repo_name: String,
+    number: i64,
+    title: Option<String>,
+    body: Option<String>,
+    state: Option<String>,
+}
+
+async fn prs(lake: &Lake) -> Vec<Pr> {
+    let ctx = lake.session().await.unwrap();
+    swelake::query::rows(
+        &ctx,
+        "SELECT repo_name, number, title, body, state, merged, merge_commit_sha FROM pull_requests \
+         ORDER BY repo_name, number",
+    )
+    .await
+    .unwrap()
+}
+
+async fn issues(lake: &Lake) -> Vec<Issue> {
+    let ctx = lake.session().await.unwrap();
+    swelake::query::rows(&ctx, "SELECT repo_name, number, title, body, state FROM issues ORDER BY repo_name, number")
+        .await
+        .unwrap()
+}
+
+/// Every file under `dir` as bytes, for a search.
+fn contains_bytes(dir: &Path, needle: &[u8]) -> Vec<String> {
+    let mut hits = Vec::new();
+    for e in walk(dir) {
+        if let Ok(b) = std::fs::read(&e) {
+            if b.windows(needle.len()).any(|w| w == needle) {
+                hits.push(e.display().to_string());
+            }
+        }
+    }
+    hits
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_rest_api_gives_the_archives_rows_politely_and_incrementally() {
+    let data: Value =
+        serde_json::from_str(&std::fs::read_to_string(data_dir().join("api-2025-01-01-15.json")).unwrap()).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let mock = Arc::new(Mutex::new(Mock {
+        data: data.clone(),
+        base: base.clone(),
+        faults: vec![
+            ("/repos/nilcsi/topic-interview-questions/issues/comments".into(), 403),
+            ("/repos/nilcsi/topic-interview-questions/pulls?direction=desc&page=2".into(), 502),
+        ],
+        ..Default::default()
+    }));
+    let app = axum::Router::new().fallback(handle).with_state(mock.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let dir = tempfile::tempdir().unwrap();
+    let repos = dir.path().join("repos.txt");
+    let names: Vec<&String> = data.as_object().unwrap().keys().collect();
+    std::fs::write(
+        &repos,
+        format!(
+            "# the excerpt's repositories\n{}\ngone/missing\n",
+            names.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("\n")
+        ),
+    )
+    .unwrap();
+    let api_lake = dir.path().join("api");
+    let (a, r) = (api_lake.to_str().unwrap(), repos.to_str().unwrap());
+    let ingest = ["ingest", "--github", "--repos-file", r, "--lake", a, "--api-url", &base, "-vv"];
+
+    // Without the token: GitHub's 401, said without a token in it; nothing written.
+    let (ok, out) = swelake(&ingest, &[]);
+    assert!(!ok && out.contains("401") && out.contains("$GITHUB_TOKEN"), "{out}");
+
+    let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
+    assert!(ok, "{out}");
+    assert!(!out.contains(TOKEN), "the token appears in the output:\n{out}");
+    let first_run: Vec<(String, u16)> = std::mem::take(&mut mock.lock().unwrap().log);
+    // The secondary limit was waited out and the 502 retried; pages followed `Link`.
+    assert!(first_run.iter().any(|(_, s)| *s == 403) && first_run.iter().any(|(_, s)| *s == 502), "{first_run:?}");
+    assert!(first_run.iter().any(|(p, s)| p.contains("page=2") && *s == 200), "{first_run:?}");
+    assert!(first_run.iter().all(|(p, _)| !p.contains("page=") || p.contains("per_page=100")), "{first_run:?}");
+
+    let lake = Lake::open(a).unwrap();
+    let (ok, out) = swelake(&["run", "pull_requests", "issues", "--lake", a], &[]);
+    assert!(ok, "{out}");
+
+    // The rows equal the objects served.
+    let got = prs(&lake).await;
+    let mut served: Vec<Pr> = Vec::new();
+    for (name, r) in data.as_object().unwrap() {
+        for p in r["pulls"].as_array().unwrap() {
+            served.push(Pr {
+                repo_name: name.clone(),
+                number: p["number"].as_i64().unwrap(),
+                title: p["title"].as_str().map(str::to_string),
+                body: p["body"].as_str().map(str::to_string),
+                state: p["state"].as_str().map(str::to_string),
+                merged: Some(!p["merged_at"].is_null()),
+                merge_commit_sha: p["merge_commit_sha"].as_str().map(str::to_string),
+            });
+        }
+    }
+    served.sort_by(|x, y| (&x.repo_name, x.number).cmp(&(&y.repo_name, y.number)));
+    // An open PR's merge state is not known (never a guessed false).
+    let got_norm: Vec<Pr> = got
+        .iter()
+        .cloned()
+        .map(|mut p| {
+            if p.state.as_deref() == Some("open") {
+                p.merged = Some(false);
+            }
+            p
+        })
+        .collect();
+    assert_eq!(got_norm, served);
+    let ctx = lake.session().await.unwrap();
+    let sources: Vec<(String,)> =
+        swelake::query::rows(&ctx, "SELECT DISTINCT metadata_source FROM pull_requests").await.unwrap();
+    assert_eq!(sources, [("github_api".to_string(),)]);
+    let event_sources: Vec<(Option<String>,)> =
+        swelake::query::rows(&ctx, "SELECT DISTINCT source FROM events").await.unwrap();
+    assert_eq!(event_sources, [(Some("github_api".to_string()),)]);
+
+    // Next to the archive's lake of the same hour: the same PRs and issues.
+    let archive_lake = dir.path().join("archive");
+    let b = archive_lake.to_str().unwrap();
+    let hour = data_dir().join("2025-01-01-15.json");
+    let (ok, out) = swelake(&["ingest", "--source", hour.to_str().unwrap(), "--lake", b], &[]);
+    assert!(ok, "{out}");
+    let (ok, out) = swelake(&["run", "pull_requests", "issues", "--lake", b], &[]);
+    assert!(ok, "{out}");
+    let archive = Lake::open(b).unwrap();
+    assert_eq!(got, prs(&archive).await);
+    let api_issues = issues(&lake).await;
+    assert!(!api_issues.is_empty());
+    assert_eq!(api_issues, issues(&archive).await);
+
+    // Per repository: what was read, the watermark; the missing one is a row, not a failure.
+    #[derive(Deserialize, Debug)]
+    struct St {
+        repo_name: String,
+        status: String,
+        watermark: String,
+        prs_last_run: i64,
+        comments_last_run: i64,
+    }
+    let st: Vec<St> = swelake::query::rows(
+        &ctx,
+        "SELECT repo_name, status, watermark, prs_last_run, comments_last_run FROM github_api_repos ORDER BY repo_name",
+    )
+    .await
+    .unwrap();
+    assert_eq!(st.len(), 6, "{st:?}");
+    let missing = st.iter().find(|s| s.repo_name == "gone/missing").unwrap();
+    assert_eq!(missing.status, "not_found");
+    let nilcsi = st.iter().find(|s| s.repo_name == "nilcsi/topic-interview-questions").unwrap();
+    assert_eq!((nilcsi.status.as_str(), nilcsi.prs_last_run, nilcsi.comments_last_run), ("ok", 6, 3));
+    assert!(nilcsi.watermark.starts_with("2025-01-01T15:"), "{nilcsi:?}");
+
+    // A rerun: every call answers 304 (no quota) or asks `since` the watermark; nothing changes.
+    let events_before = crate::common::count(&lake, "SELECT count(*) FROM events").await;
+    let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
+    assert!(ok && !out.contains(TOKEN), "{out}");
+    let rerun: Vec<(String, u16)> = std::mem::take(&mut mock.lock().unwrap().log);
+    let data_calls: Vec<&(String, u16)> =
+        rerun.iter().filter(|(p, s)| *s == 200 && !p.starts_with("/repos/gone/")).collect();
+    assert!(data_calls.iter().all(|(p, _)| p.contains("since=")), "data served again: {data_calls:?}");
+    assert!(rerun.iter().filter(|(_, s)| *s == 304).count() >= 10, "{rerun:?}");
+    assert_eq!(crate::common::count(&lake, "SELECT count(*) FROM events").await, events_before);
+
+    // An issue edited later: the next run reads it (and only what changed), replaces its
+    // events, and keeps every other object's.
+    let (issue_number, edited) = {
+        let mut m = mock.lock().unwrap();
+        let issue = m.data["Abhay-hack/Lumina"]["issues"][0].as_object_mut().unwrap();
+        issue.insert("body".into(), Value::String("Edited: the steps to reproduce, in full.".into()));
+        issue.insert("updated_at".into(), Value::String("2025-01-02T09:00:00Z".into()));
+        (issue["number"].as_i64().unwrap(), issue["body"].as_str().unwrap().to_string())
+    };
+    let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
+    assert!(ok, "{out}");
+    let (ok, out) = swelake(&["run", "issues", "--lake", a], &[]);
+    assert!(ok, "{out}");
+    let after = issues(&lake).await;
+    let lumina = after.iter().find(|i| i.repo_name == "Abhay-hack/Lumina" && i.number == issue_number).unwrap();
+    assert_eq!(lumina.body.as_deref(), Some(edited.as_str()));
+    assert_eq!(after.len(), api_issues.len());
+    assert_eq!(crate::common::count(&lake, "SELECT count(*) FROM events").await, events_before);
+    assert_eq!(prs(&lake).await, got);
+
+    // The token is in no file of the lake.
+    assert!(contains_bytes(&api_lake, TOKEN.as_bytes()).is_empty());
+}
