@@ -7,12 +7,12 @@
 //! the sandbox; no install script of any package runs, and the project's own code runs only in
 //! the sandbox.
 //!
-//! Per-test outcomes come from the runner's machine format: jest's and vitest's `--json`
-//! reports (the same shape) and, for mocha, a reporter of our own that writes one JSON record
-//! per test to a file (mocha's JSON reporter writes to stdout, where the tests' own output
-//! lands too).
+//! Per-test outcomes come from the runner's machine format ([`super::outcomes`]): jest's and
+//! vitest's `--json` reports (the same shape) and, for mocha, a reporter of our own that writes
+//! one JSON record per test to a file (mocha's JSON reporter writes to stdout, where the tests'
+//! own output lands too).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -21,7 +21,6 @@ use anyhow::{bail, Context, Result};
 use serde_json::Value;
 
 use super::env::{key_of, one_line, Env, EnvRow, Tools};
-use super::outcomes::TestResult;
 use super::runner::RunOutcome;
 use super::{sandbox, VerifyConfig};
 
@@ -112,7 +111,7 @@ pub struct NodeSpec {
     /// The committed lockfile (`package-lock.json`, `npm-shrinkwrap.json`, `yarn.lock`): name, text.
     pub lock: Option<(String, String)>,
     pub runner: Runner,
-    /// The `test` script's options for the runner, as [`Runner::kept_options`] keeps them.
+    /// The `test` script's options for the runner that change what its tests see.
     pub runner_args: Vec<String>,
     /// `NAME=value` set in front of the runner by the script (`NODE_ENV=test mocha …`,
     /// `cross-env TZ=UTC jest`).
@@ -713,8 +712,8 @@ pub fn run_tests(
     }
     let tests = match std::fs::read_to_string(&report) {
         Ok(text) => match run.runner {
-            Runner::Mocha => parse_mocha(&text, tree)?,
-            Runner::Jest | Runner::Vitest => parse_jest(&text, tree)?,
+            Runner::Mocha => super::outcomes::parse_mocha(&text, tree)?,
+            Runner::Jest | Runner::Vitest => super::outcomes::parse_jest(&text, tree)?,
         },
         Err(_) => return Ok(RunOutcome::NoReport(exit.code, tail)),
     };
@@ -727,77 +726,6 @@ fn without_stack_frames(text: &str) -> String {
     let lines: Vec<&str> =
         text.lines().filter(|l| !l.trim_start().starts_with("at ") && !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(12)..].join("\n")
-}
-
-/// A test's id: its file relative to the tree, then its describe blocks and title joined by
-/// ` > ` (`test/calc.test.js::calc > mean > of nothing`).
-fn test_id(file: &str, tree: &Path, titles: &[&str]) -> String {
-    let root = format!("{}/", tree.display());
-    let rel = file.strip_prefix(&root).unwrap_or(file);
-    let titles: Vec<&str> = titles.iter().copied().filter(|t| !t.is_empty() && *t != rel).collect();
-    format!("{rel}::{}", titles.join(" > "))
-}
-
-/// jest's `--json` report, and vitest's (the same shape): a file that fails to load has no
-/// assertion results, so its tests are absent (not collectable) in that run.
-pub fn parse_jest(text: &str, tree: &Path) -> Result<Vec<TestResult>> {
-    let doc: Value = serde_json::from_str(text).context("reading the runner's JSON report")?;
-    let mut out: Vec<TestResult> = Vec::new();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for file in doc.get("testResults").and_then(Value::as_array).into_iter().flatten() {
-        let name = file.get("name").or(file.get("testFilePath")).and_then(Value::as_str).unwrap_or("");
-        for a in
-            file.get("assertionResults").or(file.get("testResults")).and_then(Value::as_array).into_iter().flatten()
-        {
-            let mut titles: Vec<&str> = a
-                .get("ancestorTitles")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            titles.push(a.get("title").and_then(Value::as_str).unwrap_or(""));
-            let outcome = match a.get("status").and_then(Value::as_str).unwrap_or("") {
-                "passed" => "passed",
-                "failed" => "failed",
-                _ => "skipped",
-            };
-            let seconds = a.get("duration").and_then(Value::as_f64).unwrap_or(0.0) / 1000.0;
-            push(&mut out, &mut seen, test_id(name, tree, &titles), outcome, seconds);
-        }
-    }
-    Ok(out)
-}
-
-/// The records of swelake's mocha reporter.
-pub fn parse_mocha(text: &str, tree: &Path) -> Result<Vec<TestResult>> {
-    let doc: Value = serde_json::from_str(text).context("reading the mocha reporter's records")?;
-    let mut out: Vec<TestResult> = Vec::new();
-    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for t in doc.get("tests").and_then(Value::as_array).into_iter().flatten() {
-        let titles: Vec<&str> =
-            t.get("titles").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
-        let file = t.get("file").and_then(Value::as_str).unwrap_or("");
-        let outcome = t.get("state").and_then(Value::as_str).unwrap_or("failed");
-        let seconds = t.get("duration").and_then(Value::as_f64).unwrap_or(0.0) / 1000.0;
-        push(&mut out, &mut seen, test_id(file, tree, &titles), outcome, seconds);
-    }
-    Ok(out)
-}
-
-/// Adds a result; a name reported twice (two tests of the same title) keeps the worse outcome.
-fn push(out: &mut Vec<TestResult>, seen: &mut BTreeMap<String, usize>, id: String, outcome: &str, seconds: f64) {
-    match seen.get(&id) {
-        Some(&i) => {
-            if out[i].outcome == "passed" || outcome == "failed" {
-                out[i].outcome = outcome.to_string();
-            }
-        }
-        None => {
-            seen.insert(id.clone(), out.len());
-            out.push(TestResult { test_id: id, outcome: outcome.to_string(), seconds });
-        }
-    }
 }
 
 #[cfg(test)]
@@ -855,26 +783,5 @@ mod tests {
         assert!(is_test_file("test/calc.test.js") && is_test_file("src/__tests__/a.spec.tsx"));
         assert!(!is_test_file("test/fixtures/broken.js") && !is_test_file("test/__snapshots__/a.js.snap"));
         assert!(!is_test_file("types/index.d.ts") && !is_test_file("test/data.json"));
-    }
-
-    /// Reports written by jest 29.7 and vitest 1.6.1 on the same file (tests/data/verify).
-    #[test]
-    fn jest_and_vitest_reports_name_the_same_tests() {
-        let tree = Path::new("/tmp/jsprobe");
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/verify");
-        let want = [
-            ("test/calc.test.js::calc > adds", "passed"),
-            ("test/calc.test.js::calc > nested > fails", "failed"),
-            ("test/calc.test.js::calc > nested > skipped", "skipped"),
-            ("test/calc.test.js::top level", "passed"),
-        ];
-        for f in ["jest-29.7.json", "vitest-1.6.1.json", "mocha-10.8.json"] {
-            let text = std::fs::read_to_string(dir.join(f)).unwrap();
-            let got = if f.starts_with("mocha") { parse_mocha(&text, tree) } else { parse_jest(&text, tree) }.unwrap();
-            let mut got: Vec<(String, String)> = got.into_iter().map(|t| (t.test_id, t.outcome)).collect();
-            got.sort();
-            let want: Vec<(String, String)> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
-            assert_eq!(got, want, "{f}");
-        }
     }
 }

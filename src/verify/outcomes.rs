@@ -1,10 +1,14 @@
-//! Per-test outcomes, read from the runner's JUnit XML (pytest's, in the `xunit1` family that
-//! names each test's file), and SWE-bench's verdict over the repeats of both sides.
+//! Per-test outcomes, read from the runner's machine format — pytest's JUnit XML (the `xunit1`
+//! family, which names each test's file), jest's and vitest's JSON reports, swelake's mocha
+//! reporter's records — and SWE-bench's verdict over the repeats of both sides.
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use std::path::Path;
+
 use anyhow::{Context, Result};
 use quick_xml::events::Event;
+use serde_json::Value;
 
 /// One test's result in one run.
 #[derive(Debug, Clone, PartialEq)]
@@ -172,6 +176,77 @@ pub fn verdict(before: &[Vec<TestResult>], after: &[Vec<TestResult>]) -> Verdict
     out
 }
 
+/// A test's id: its file relative to the tree, then its describe blocks and title joined by
+/// ` > ` (`test/calc.test.js::calc > mean > of nothing`).
+fn js_test_id(file: &str, tree: &Path, titles: &[&str]) -> String {
+    let root = format!("{}/", tree.display());
+    let rel = file.strip_prefix(&root).unwrap_or(file);
+    let titles: Vec<&str> = titles.iter().copied().filter(|t| !t.is_empty() && *t != rel).collect();
+    format!("{rel}::{}", titles.join(" > "))
+}
+
+/// jest's `--json` report, and vitest's (the same shape): a file that fails to load has no
+/// assertion results, so its tests are absent (not collectable) in that run.
+pub fn parse_jest(text: &str, tree: &Path) -> Result<Vec<TestResult>> {
+    let doc: Value = serde_json::from_str(text).context("reading the runner's JSON report")?;
+    let mut out: Vec<TestResult> = Vec::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for file in doc.get("testResults").and_then(Value::as_array).into_iter().flatten() {
+        let name = file.get("name").or(file.get("testFilePath")).and_then(Value::as_str).unwrap_or("");
+        for a in
+            file.get("assertionResults").or(file.get("testResults")).and_then(Value::as_array).into_iter().flatten()
+        {
+            let mut titles: Vec<&str> = a
+                .get("ancestorTitles")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            titles.push(a.get("title").and_then(Value::as_str).unwrap_or(""));
+            let outcome = match a.get("status").and_then(Value::as_str).unwrap_or("") {
+                "passed" => "passed",
+                "failed" => "failed",
+                _ => "skipped",
+            };
+            let seconds = a.get("duration").and_then(Value::as_f64).unwrap_or(0.0) / 1000.0;
+            push_named(&mut out, &mut seen, js_test_id(name, tree, &titles), outcome, seconds);
+        }
+    }
+    Ok(out)
+}
+
+/// The records of swelake's mocha reporter.
+pub fn parse_mocha(text: &str, tree: &Path) -> Result<Vec<TestResult>> {
+    let doc: Value = serde_json::from_str(text).context("reading the mocha reporter's records")?;
+    let mut out: Vec<TestResult> = Vec::new();
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for t in doc.get("tests").and_then(Value::as_array).into_iter().flatten() {
+        let titles: Vec<&str> =
+            t.get("titles").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+        let file = t.get("file").and_then(Value::as_str).unwrap_or("");
+        let outcome = t.get("state").and_then(Value::as_str).unwrap_or("failed");
+        let seconds = t.get("duration").and_then(Value::as_f64).unwrap_or(0.0) / 1000.0;
+        push_named(&mut out, &mut seen, js_test_id(file, tree, &titles), outcome, seconds);
+    }
+    Ok(out)
+}
+
+/// Adds a result; a name reported twice (two tests of the same title) keeps the worse outcome.
+fn push_named(out: &mut Vec<TestResult>, seen: &mut BTreeMap<String, usize>, id: String, outcome: &str, seconds: f64) {
+    match seen.get(&id) {
+        Some(&i) => {
+            if out[i].outcome == "passed" || outcome == "failed" {
+                out[i].outcome = outcome.to_string();
+            }
+        }
+        None => {
+            seen.insert(id.clone(), out.len());
+            out.push(TestResult { test_id: id, outcome: outcome.to_string(), seconds });
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -218,5 +293,26 @@ mod tests {
         assert_eq!(v.pass_to_pass, ["t::b"]);
         assert_eq!(v.flaky, ["t::c"]);
         assert_eq!(v.fail_after, ["t::e"]);
+    }
+
+    /// Reports written by jest 29.7 and vitest 1.6.1 on the same file (tests/data/verify).
+    #[test]
+    fn jest_and_vitest_reports_name_the_same_tests() {
+        let tree = Path::new("/tmp/jsprobe");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/verify");
+        let want = [
+            ("test/calc.test.js::calc > adds", "passed"),
+            ("test/calc.test.js::calc > nested > fails", "failed"),
+            ("test/calc.test.js::calc > nested > skipped", "skipped"),
+            ("test/calc.test.js::top level", "passed"),
+        ];
+        for f in ["jest-29.7.json", "vitest-1.6.1.json", "mocha-10.8.json"] {
+            let text = std::fs::read_to_string(dir.join(f)).unwrap();
+            let got = if f.starts_with("mocha") { parse_mocha(&text, tree) } else { parse_jest(&text, tree) }.unwrap();
+            let mut got: Vec<(String, String)> = got.into_iter().map(|t| (t.test_id, t.outcome)).collect();
+            got.sort();
+            let want: Vec<(String, String)> = want.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect();
+            assert_eq!(got, want, "{f}");
+        }
     }
 }
