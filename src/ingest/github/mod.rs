@@ -192,7 +192,7 @@ pub async fn run(lake: &Lake, opts: &GithubOptions) -> Result<GithubSummary> {
                     }
                     None => {
                         st.status = "failed".into();
-                        st.reason = crate::verify::env::one_line(&format!("{e:#}"));
+                        st.reason = one_line(&format!("{e:#}"));
                     }
                 }
             }
@@ -481,4 +481,13 @@ async fn save_state(lake: &Lake, st: &RepoState) -> Result<()> {
     let file_key = format!("github-api-{}", crate::files::path_segment(&st.repo_name));
     lake.upsert_rows(GITHUB_API_REPOS, &batch.schema(), &[batch], &keys, None, &file_key).await?;
     Ok(())
+}
+
+/// An error as one line of at most 400 characters (a table cell).
+fn one_line(s: &str) -> String {
+    let s: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    match s.char_indices().nth(400) {
+        Some((i, _)) => format!("{}…", &s[..i]),
+        None => s,
+    }
 }
