@@ -167,6 +167,40 @@ pub struct EnvRow {
     pub seconds: f64,
 }
 
+impl EnvRow {
+    /// The row of an environment not (yet) built: status `failed` until it is.
+    pub fn new(
+        repo: &str,
+        language: &str,
+        interpreter: String,
+        spec_files: &[String],
+        requirements: Vec<String>,
+        as_of: &str,
+    ) -> EnvRow {
+        EnvRow {
+            repo_name: repo.to_string(),
+            env_key: String::new(),
+            language: language.to_string(),
+            interpreter,
+            spec_files: spec_files.to_vec(),
+            requirements,
+            packages: Vec::new(),
+            relaxed: Vec::new(),
+            resolved_as_of: as_of.to_string(),
+            status: "failed".into(),
+            reason: String::new(),
+            seconds: 0.0,
+        }
+    }
+
+    /// The row as the answer of an environment that could not be had.
+    pub fn failed<T>(mut self, reason: &str) -> std::result::Result<T, Box<EnvRow>> {
+        self.reason = one_line(reason);
+        self.seconds = 0.0;
+        Err(Box::new(self))
+    }
+}
+
 /// An environment ready to run tests in.
 #[derive(Debug, Clone)]
 pub struct Env {
@@ -197,26 +231,9 @@ pub fn prepare(
     relax_tooling: bool,
 ) -> std::result::Result<Env, Box<EnvRow>> {
     let started = Instant::now();
-    let mut row = EnvRow {
-        repo_name: repo.to_string(),
-        env_key: String::new(),
-        language: "python".into(),
-        interpreter: format!("python {}", tools.python_version),
-        spec_files: spec.files.clone(),
-        requirements: spec.requirements(false),
-        packages: Vec::new(),
-        relaxed: Vec::new(),
-        resolved_as_of: as_of.to_string(),
-        status: "failed".into(),
-        reason: String::new(),
-        seconds: 0.0,
-    };
+    let python = format!("python {}", tools.python_version);
+    let mut row = EnvRow::new(repo, "python", python, &spec.files, spec.requirements(false), as_of);
     row.env_key = key_of(&format!("inputs\n{}\n{as_of}\n{}", tools.python_version, row.requirements.join("\n")));
-    let fail = |mut row: EnvRow, reason: String| {
-        row.reason = one_line(&reason);
-        row.seconds = 0.0;
-        Err(Box::new(row))
-    };
     let floor = interpreter_floor(&tools.python_minor()).unwrap_or(as_of);
     let floor = if as_of > floor { as_of } else { floor };
     let mut floated: BTreeSet<String> = BUILD_BACKENDS.iter().map(|s| s.to_string()).collect();
@@ -274,7 +291,7 @@ pub fn prepare(
     } else {
         last
     };
-    fail(row, why)
+    row.failed(&why)
 }
 
 /// The floated packages that are not build backends, for a reason.

@@ -362,27 +362,11 @@ pub fn prepare(
     sandbox: &sandbox::Sandbox,
 ) -> std::result::Result<Env, Box<EnvRow>> {
     let started = Instant::now();
-    let mut row = EnvRow {
-        repo_name: repo.to_string(),
-        env_key: String::new(),
-        language: if spec.typescript { "typescript" } else { "javascript" }.into(),
-        interpreter: String::new(),
-        spec_files: spec.files.clone(),
-        requirements: spec.requirements.clone(),
-        packages: Vec::new(),
-        relaxed: Vec::new(),
-        resolved_as_of: as_of.to_string(),
-        status: "failed".into(),
-        reason: String::new(),
-        seconds: 0.0,
-    };
-    let fail = |mut row: EnvRow, reason: String| {
-        row.reason = one_line(&reason);
-        Err(Box::new(row))
-    };
+    let language = if spec.typescript { "typescript" } else { "javascript" };
+    let mut row = EnvRow::new(repo, language, String::new(), &spec.files, spec.requirements.clone(), as_of);
     let node = match &tools.node {
         Ok(n) => n,
-        Err(why) => return fail(row, why.clone()),
+        Err(why) => return row.failed(why),
     };
     row.interpreter = format!("node {}", node.version);
     row.env_key = key_of(&format!("inputs\nnode {}\n{as_of}\n{}", node.version, spec.package_json));
@@ -414,7 +398,7 @@ pub fn prepare(
                     continue;
                 }
                 let why = if errors.len() > 1 { format!("{text} (after {} attempts)", errors.len()) } else { text };
-                return fail(row, why);
+                return row.failed(&why);
             }
         }
     };
@@ -435,7 +419,7 @@ pub fn prepare(
                 }),
             })
         }
-        Err(e) => fail(row, format!("{e:#}")),
+        Err(e) => row.failed(&format!("{e:#}")),
     }
 }
 

@@ -180,34 +180,73 @@ fn process_running(argv: &[&str]) -> bool {
     })
 }
 
+/// A repository made by `make`, its mirror as `src/<name>.git`, a repos file naming it, and a
+/// config whose environments stay in [`verify_dir`] between test runs.
+struct Fixture {
+    dir: tempfile::TempDir,
+    lake: String,
+    list: String,
+    url: String,
+    cache: String,
+    config: String,
+}
+
+impl Fixture {
+    fn new(name: &str, make: fn(&Path), keep_trees: bool) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        make(&work);
+        let src = dir.path().join("src").join(format!("{name}.git"));
+        git(dir.path(), &["clone", "-q", "--mirror", work.to_str().unwrap(), src.to_str().unwrap()]);
+        let list = dir.path().join("repos.txt");
+        std::fs::write(&list, format!("{name}\n")).unwrap();
+        let config = dir.path().join("curation.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[relevance]\nranker = \"bm25\"\n\n[verify]\nrepeat = 2\ntimeout_secs = 120\nkeep_trees = {keep_trees}\ndir = \"{}\"\n",
+                verify_dir().display()
+            ),
+        )
+        .unwrap();
+        let s = |p: &Path| p.to_str().unwrap().to_string();
+        Fixture {
+            lake: s(&dir.path().join("lake")),
+            list: s(&list),
+            url: format!("{}/{{repo}}.git", dir.path().join("src").display()),
+            cache: s(&dir.path().join("cache")),
+            config: s(&config),
+            dir,
+        }
+    }
+
+    /// The flags every command of the test shares.
+    fn common(&self) -> [&str; 10] {
+        [
+            "--lake",
+            &self.lake,
+            "--repos-file",
+            &self.list,
+            "--repo-url",
+            &self.url,
+            "--cache-dir",
+            &self.cache,
+            "--config",
+            &self.config,
+        ]
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn prs_verify_in_the_sandbox_and_evaluate_grades_predictions_there() {
     if !can_verify() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    make_repo(&work);
-    let src = dir.path().join("src").join("acme").join("calc.git");
-    git(dir.path(), &["clone", "-q", "--mirror", work.to_str().unwrap(), src.to_str().unwrap()]);
-    let list = dir.path().join("repos.txt");
-    std::fs::write(&list, "acme/calc\n").unwrap();
-    let config = dir.path().join("curation.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[relevance]\nranker = \"bm25\"\n\n[verify]\nrepeat = 2\ntimeout_secs = 120\nkeep_trees = true\ndir = \"{}\"\n",
-            verify_dir().display()
-        ),
-    )
-    .unwrap();
+    let fx = Fixture::new("acme/calc", make_repo, true);
+    let dir = &fx.dir;
     let lake_dir = dir.path().join("lake");
-    let url = format!("{}/{{repo}}.git", dir.path().join("src").display());
-    let cache = dir.path().join("cache");
-    let (lake_s, list_s, cache_s, config_s) =
-        (lake_dir.to_str().unwrap(), list.to_str().unwrap(), cache.to_str().unwrap(), config.to_str().unwrap());
-    let common =
-        ["--lake", lake_s, "--repos-file", list_s, "--repo-url", &url, "--cache-dir", cache_s, "--config", config_s];
+    let (lake_s, cache_s, config_s, url) = (fx.lake.as_str(), fx.cache.as_str(), fx.config.as_str(), fx.url.clone());
+    let common = fx.common();
 
     // Without --verify, --all leaves the stage out and says why.
     let out = swelake(&[&["run", "--all"][..], &common].concat(), &[]);
@@ -517,29 +556,10 @@ async fn javascript_prs_verify_with_their_runner_and_lockfile() {
     if !can_verify() || !has_node() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let work = dir.path().join("work");
-    make_js_repo(&work);
-    let src = dir.path().join("src").join("acme").join("calc-js.git");
-    git(dir.path(), &["clone", "-q", "--mirror", work.to_str().unwrap(), src.to_str().unwrap()]);
-    let list = dir.path().join("repos.txt");
-    std::fs::write(&list, "acme/calc-js\n").unwrap();
-    let config = dir.path().join("curation.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[relevance]\nranker = \"bm25\"\n\n[verify]\nrepeat = 2\ntimeout_secs = 120\ndir = \"{}\"\n",
-            verify_dir().display()
-        ),
-    )
-    .unwrap();
-    let lake_dir = dir.path().join("lake");
-    let url = format!("{}/{{repo}}.git", dir.path().join("src").display());
-    let cache = dir.path().join("cache");
-    let (lake_s, list_s, cache_s, config_s) =
-        (lake_dir.to_str().unwrap(), list.to_str().unwrap(), cache.to_str().unwrap(), config.to_str().unwrap());
-    let common =
-        ["--lake", lake_s, "--repos-file", list_s, "--repo-url", &url, "--cache-dir", cache_s, "--config", config_s];
+    let fx = Fixture::new("acme/calc-js", make_js_repo, false);
+    let dir = &fx.dir;
+    let (lake_s, cache_s, config_s, url) = (fx.lake.as_str(), fx.cache.as_str(), fx.config.as_str(), fx.url.clone());
+    let common = fx.common();
     let out = swelake(&[&["run", "--all", "--verify"][..], &common].concat(), &[]);
     assert!(out.contains("status:verified: 2"), "{out}");
     let lake = Lake::open(lake_s).unwrap();
@@ -593,6 +613,24 @@ async fn javascript_prs_verify_with_their_runner_and_lockfile() {
     }
     instances.sort_by_key(|i| i["instance_id"].as_str().unwrap().to_string());
     assert_eq!(instances.len(), 2);
+    // SWE-bench's own loader reads JavaScript test ids (`path::describe > title`) as it reads pytest's.
+    if let Some(py) = crate::python::python() {
+        let files: Vec<String> = ["train", "test"]
+            .iter()
+            .map(|s| export.join(format!("{s}.jsonl")))
+            .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect();
+        let out =
+            crate::python::script(&py, "load_swebench.py", &files.iter().map(String::as_str).collect::<Vec<_>>(), &[]);
+        let loaded: Vec<serde_json::Value> = out.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert!(
+            loaded
+                .iter()
+                .any(|i| i["FAIL_TO_PASS"] == serde_json::json!(["test/calc.test.js::mean > of nothing is 0"])),
+            "{out}"
+        );
+    }
     let line = |id: &str, patch: &str| {
         serde_json::json!({"instance_id": id, "model_name_or_path": "m", "model_patch": patch}).to_string() + "\n"
     };
