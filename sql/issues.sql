@@ -2,7 +2,8 @@
 --
 -- Input: `events_new`. Every IssuesEvent and IssueCommentEvent carries the whole issue object
 -- as it was at that moment, so the latest such event is the issue's state; the job's upsert
--- only replaces a stored row with a newer one (`last_event_at`).
+-- only replaces a stored row with a newer one (`last_event_at`). `metadata_source` says whether
+-- that state (its title and body) was read from GH Archive or from GitHub's REST API.
 WITH ranked AS (
     SELECT
         *,
@@ -26,6 +27,8 @@ SELECT
     comments,
     CASE WHEN is_pull_request THEN merged_at END AS pr_merged_at,
     created_at AS last_event_at,
-    id AS last_event_id
+    id AS last_event_id,
+    -- Events made from GitHub's REST API (`ingest --github`) have ids `api-…`.
+    CASE WHEN id LIKE 'api-%' THEN 'github_api' ELSE 'gharchive' END AS metadata_source
 FROM ranked
 WHERE rn = 1

@@ -4,8 +4,10 @@
 -- recompute; each is recomputed from all of its `pr_timeline` rows, so the result is the same
 -- however the history arrived. Each field takes the latest non-NULL value any event carried.
 -- Merge state: true on any evidence (merged flag, `merged` action, an issue object's
--- pull_request.merged_at); false only when a full payload said so at or after the last close;
--- otherwise NULL (the archive does not say - never a guessed false).
+-- pull_request.merged_at); false only when a full payload said so at or after the last close,
+-- or said so of a close (its closed_at) that the last close event followed within a minute: the
+-- same close, recorded a moment later (a REST object read by `ingest --github` beside the
+-- archive's trimmed stub of its close); otherwise NULL (never a guessed false).
 --
 -- Git's facts (`pr_git_facts`, from the prs_from_git job) come after the archive with a fixed
 -- precedence: a PR the archive never showed gets its row from git (discovery_source = 'git');
@@ -52,6 +54,7 @@ agg AS (
         max(merged_at) AS payload_merged_at,
         latest_by(merged, created_at, event_id) FILTER (WHERE merged IS NOT NULL) AS last_explicit_merged,
         max(CASE WHEN merged IS NOT NULL THEN created_at END) AS last_explicit_at,
+        latest_by(closed_at, created_at, event_id) FILTER (WHERE merged IS NOT NULL) AS last_explicit_closed_at,
         max(CASE WHEN kind = 'closed' OR kind = 'merged' THEN created_at END) AS last_close_at,
         latest_by(merge_commit_sha, created_at, event_id) FILTER (WHERE merge_commit_sha IS NOT NULL) AS merge_commit_sha,
         latest_by(base_ref, created_at, event_id) FILTER (WHERE base_ref IS NOT NULL) AS base_ref,
@@ -90,7 +93,8 @@ SELECT
     last_action,
     CASE
         WHEN merged_by_flag OR merged_by_action OR merged_by_issue THEN true
-        WHEN last_explicit_merged = false AND (last_close_at IS NULL OR last_explicit_at >= last_close_at) THEN false
+        WHEN last_explicit_merged = false AND (last_close_at IS NULL OR last_explicit_at >= last_close_at
+            OR last_close_at <= last_explicit_closed_at + INTERVAL '60 seconds') THEN false
         ELSE CAST(NULL AS BOOLEAN)
     END AS merged,
     CASE WHEN merged_by_flag OR merged_by_action OR merged_by_issue THEN coalesce(payload_merged_at, merged_action_at) END AS merged_at,
@@ -98,7 +102,8 @@ SELECT
         WHEN merged_by_flag THEN 'pull_request_event'
         WHEN merged_by_action THEN 'merged_action'
         WHEN merged_by_issue THEN 'issue_event'
-        WHEN last_explicit_merged = false AND (last_close_at IS NULL OR last_explicit_at >= last_close_at) THEN 'pull_request_event'
+        WHEN last_explicit_merged = false AND (last_close_at IS NULL OR last_explicit_at >= last_close_at
+            OR last_close_at <= last_explicit_closed_at + INTERVAL '60 seconds') THEN 'pull_request_event'
         ELSE 'unknown'
     END AS merge_source,
     -- Events made from GitHub's REST API (`ingest --github`) have ids `api-…`: the text is

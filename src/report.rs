@@ -142,6 +142,48 @@ async fn write_sources(lake: &Lake, ctx: &SessionContext, opts: &ReportOptions, 
     for (k, v) in &problems {
         writeln!(md, "| instances whose problem statement is {k} | {v} |")?;
     }
+    // The text GH Archive lost (PR bodies since 2025-10) or never had for PRs found in git,
+    // read back through GitHub's REST API (`ingest --github`).
+    let api_prs =
+        counts(ctx, "SELECT 'n', count(*) FROM pull_requests WHERE merged AND metadata_source = 'github_api'").await?;
+    let issues_have_source = ctx.table("issues").await?.schema().has_column_with_unqualified_name("metadata_source");
+    let api_problems = if issues_have_source {
+        counts(
+            ctx,
+            "SELECT 'n', count(DISTINCT s.instance_id) FROM rl_seed s \
+             JOIN pr_issue_links l ON l.repo_name = s.repo_name AND l.pr_number = get_field(s.extra_info, 'pr_number') \
+             JOIN issues i ON i.repo_name = l.issue_repo_name AND i.number = l.issue_number \
+             WHERE s.problem_source = 'issue' AND i.metadata_source = 'github_api'",
+        )
+        .await?
+    } else {
+        Vec::new()
+    };
+    let n = |c: &[(String, u64)]| c.first().map_or(0, |(_, v)| *v);
+    let api = crate::archive::api_sources(lake).await?;
+    if !api.is_empty() || n(&api_prs) > 0 || n(&api_problems) > 0 {
+        writeln!(md, "| merged PRs whose title and body were read through GitHub's API | {} |", n(&api_prs))?;
+        writeln!(
+            md,
+            "| instances whose problem statement is an issue read through GitHub's API | {} |",
+            n(&api_problems)
+        )?;
+    }
+    if !api.is_empty() {
+        let total = |f: fn(&crate::archive::ApiSource) -> i64| api.iter().map(f).sum::<i64>();
+        writeln!(
+            md,
+            "\nGitHub's REST API (`swelake ingest --github`) was read for {} {} ({} answered ok): \
+             {} calls in all, {} PRs, {} issues and {} comments read.",
+            api.len(),
+            if api.len() == 1 { "repository" } else { "repositories" },
+            api.iter().filter(|r| r.status == "ok").count(),
+            total(|r| r.calls_total),
+            total(|r| r.prs_total),
+            total(|r| r.issues_total),
+            total(|r| r.comments_total)
+        )?;
+    }
     let Some(c) = crate::archive::assess(lake, &opts.completeness).await? else {
         writeln!(md, "\nNo GH Archive hours were ingested into this lake (its PRs come from git).")?;
         return Ok(());
@@ -186,7 +228,16 @@ pub async fn run(lake: &Lake, opts: &ReportOptions) -> Result<ReportSummary> {
             anyhow::bail!("no `{t}` table: run the jobs through seed first (swelake run --all ...)");
         }
     }
-    let ctx = lake.session_with(&["seed_rejections", "pr_snapshots", "pull_requests", "pr_verification"]).await?;
+    let ctx = lake
+        .session_with(&[
+            "seed_rejections",
+            "pr_snapshots",
+            "pull_requests",
+            "pr_verification",
+            "issues",
+            "pr_issue_links",
+        ])
+        .await?;
     let mut charts = Vec::new();
     let mut md = String::new();
     writeln!(md, "# Dataset card: SWE-RL seed from {}\n", lake.location())?;

@@ -1,9 +1,11 @@
 //! GH Archive's domain, for every layer that reads it: the hour keys (`YYYY-MM-DD-H`), what
 //! each ingested hour file held (`source_hours`, written by ingest), and whether the hours are
-//! complete ([`assess`], read by `swelake status` and the dataset card).
+//! complete ([`assess`], read by `swelake status` and the dataset card); and what GitHub's REST
+//! API gave in its place ([`api_sources`]).
 //!
 //! Not here: reading or parsing hour files (the `ingest` stage).
 
+pub mod api_sources;
 mod completeness;
 
 use std::collections::HashMap;
@@ -15,6 +17,7 @@ use serde::Serialize;
 use crate::lake::rows::to_batch;
 use crate::lake::{writer_properties, Codec, Lake, TableWriter};
 
+pub use api_sources::{api_sources, ApiSource};
 pub use completeness::{
     assess, hours, judge, Completeness, CompletenessConfig, Expect, Expected, HourFlag, HourVerdict, HoursView,
 };

@@ -42,6 +42,7 @@ pub(super) fn router(shared: Arc<Shared>) -> Router {
         .route("/assets/app.css", get(|| async { asset("text/css; charset=utf-8", APP_CSS) }))
         .route("/api/status", get(status))
         .route("/api/hours", get(hours))
+        .route("/api/github", get(github))
         .route("/api/sql", post(sql))
         .route("/api/tables", get(tables))
         .route("/api/card", get(card))
@@ -169,6 +170,14 @@ async fn hours(State(s): State<Arc<Shared>>) -> Response {
         Ok(None) => {
             Json(json!({ "expected": null, "first_hour": null, "last_hour": null, "hours": [] })).into_response()
         }
+        Err(e) => internal(e),
+    }
+}
+
+/// What `ingest --github` read, per repository (`github_api_repos` without its ETags).
+async fn github(State(s): State<Arc<Shared>>) -> Response {
+    match crate::archive::api_sources(&s.lake).await {
+        Ok(repos) => Json(json!({ "repos": repos })).into_response(),
         Err(e) => internal(e),
     }
 }

@@ -48,6 +48,8 @@ pub struct LakeStatus {
     pub leases: Vec<Entry>,
     /// Whether the ingested hours are complete (`None`: no hour ingested yet).
     pub hours: Option<crate::archive::Completeness>,
+    /// Per repository, what `ingest --github` read from GitHub's REST API (empty when it never ran).
+    pub github_api: Vec<crate::archive::ApiSource>,
 }
 
 fn time_of(us: i64) -> String {
@@ -116,7 +118,8 @@ pub async fn status(lake: &Lake, registry: &Registry, opts: &RunOptions) -> Resu
     let now = chrono::Utc::now().timestamp_millis();
     let leases = lake.leases(None).await?.into_iter().filter(|e| !e.released && e.expires_at > now).collect();
     let hours = crate::archive::assess(lake, &opts.curation.completeness).await?;
-    Ok(LakeStatus { lake: lake.location(), jobs, tables, leases, hours })
+    let github_api = crate::archive::api_sources(lake).await?;
+    Ok(LakeStatus { lake: lake.location(), jobs, tables, leases, hours, github_api })
 }
 
 impl LakeStatus {
@@ -176,6 +179,9 @@ impl LakeStatus {
                 let _ = writeln!(s, "  ... {} more (--json lists all)", h.flagged.len() - 24);
             }
         }
+        if !self.github_api.is_empty() {
+            render_github_api(&mut s, &self.github_api);
+        }
         if !self.leases.is_empty() {
             let _ = writeln!(s, "\nleases held");
             for l in &self.leases {
@@ -185,5 +191,49 @@ impl LakeStatus {
             }
         }
         s
+    }
+}
+
+/// The repositories read through GitHub's REST API: what the last run made and read, in all,
+/// where each stands (watermark) and the quota its last call left.
+fn render_github_api(s: &mut String, repos: &[crate::archive::ApiSource]) {
+    let total = |f: fn(&crate::archive::ApiSource) -> i64| repos.iter().map(f).sum::<i64>();
+    let _ = writeln!(
+        s,
+        "\ngithub api (ingest --github): {} repositories, {} calls in all; {} PRs, {} issues, {} comments read",
+        repos.len(),
+        total(|r| r.calls_total),
+        total(|r| r.prs_total),
+        total(|r| r.issues_total),
+        total(|r| r.comments_total)
+    );
+    let _ = writeln!(
+        s,
+        "  {:<32} {:<9} {:>6} {:>5} {:>5} {:>6} {:>8} {:<20} {:>6}  last run",
+        "repository", "status", "calls", "304s", "PRs", "issues", "comments", "watermark", "quota"
+    );
+    for r in repos {
+        let quota = r.quota_remaining.map_or("-".to_string(), |q| q.to_string());
+        let mut name = r.repo_name.clone();
+        if !r.current_name.is_empty() && r.current_name != r.repo_name {
+            name = format!("{name} (now {})", r.current_name);
+        }
+        let _ = writeln!(
+            s,
+            "  {:<32} {:<9} {:>6} {:>5} {:>5} {:>6} {:>8} {:<20} {:>6}  {}",
+            name,
+            r.status,
+            r.calls_last_run,
+            r.not_modified_last_run,
+            r.prs_last_run,
+            r.issues_last_run,
+            r.comments_last_run,
+            if r.watermark.is_empty() { "-" } else { r.watermark.as_str() },
+            quota,
+            r.last_run_at
+        );
+        if !r.reason.is_empty() {
+            let _ = writeln!(s, "    {}", r.reason);
+        }
     }
 }

@@ -134,3 +134,27 @@ pub fn mirror_of_bundle(history: &std::path::Path, name: &str, root: &std::path:
     assert!(ok.success(), "cloning the {name} bundle");
     mirror
 }
+
+/// Cuts a real event down to the payload shape of GitHub's 2025-10-07 trim (DESIGN.md §3):
+/// a PR event's `pull_request` becomes a stub (id, number, url, head and base), a push keeps
+/// its refs and shas only; issues and comments stay whole.
+pub fn trim_payload(mut v: serde_json::Value) -> serde_json::Value {
+    use serde_json::json;
+    let t = v["type"].as_str().unwrap().to_string();
+    let p = v["payload"].clone();
+    if t.starts_with("PullRequest") {
+        let pr = &p["pull_request"];
+        let side = |s: &serde_json::Value| json!({"ref": s["ref"], "sha": s["sha"], "repo": {"id": s["repo"]["id"], "url": s["repo"]["url"], "name": s["repo"]["name"]}});
+        let stub = json!({"id": pr["id"], "number": pr["number"], "url": pr["url"], "head": side(&pr["head"]), "base": side(&pr["base"])});
+        let mut np = json!({"action": p["action"], "number": p["number"], "pull_request": stub});
+        for k in ["review", "comment"] {
+            if !p[k].is_null() {
+                np[k] = p[k].clone();
+            }
+        }
+        v["payload"] = np;
+    } else if t == "PushEvent" {
+        v["payload"] = json!({"repository_id": p["repository_id"], "push_id": p["push_id"], "ref": p["ref"], "head": p["head"], "before": p["before"]});
+    }
+    v
+}

@@ -166,6 +166,26 @@ async fn hours_lake(dir: &Path) -> String {
     swelake::ingest::run(&lake, &quiet_ingest(&src)).await.unwrap();
     let registry = swelake::jobs::Registry::load(None, None).unwrap();
     swelake::jobs::run(&lake, &registry, &["pull_requests".to_string()], &Default::default()).await.unwrap();
+    // And what GitHub's REST API gave for the five repositories of tests/data/github.
+    let data = crate::github_api::excerpt_objects();
+    let names: Vec<String> = data.as_object().unwrap().keys().cloned().collect();
+    let (base, _mock) = crate::github_api::serve_api(data, vec![], 100).await;
+    let repos = dir.join("api-repos.txt");
+    std::fs::write(&repos, names.join("\n")).unwrap();
+    let (ok, out) = crate::github_api::swelake(
+        &[
+            "ingest",
+            "--github",
+            "--repos-file",
+            repos.to_str().unwrap(),
+            "--lake",
+            path.to_str().unwrap(),
+            "--api-url",
+            &base,
+        ],
+        &[("GITHUB_TOKEN", crate::github_api::TOKEN)],
+    );
+    assert!(ok, "{out}");
     path.display().to_string()
 }
 
@@ -340,6 +360,18 @@ async fn the_console_in_headless_chromium_psql_on_the_wire_and_a_piped_shell() {
     assert_eq!(seen["sources"]["missing"]["verdict"], "missing");
     assert_eq!(seen["sources"]["missing"]["color"], "rgb(215, 58, 49)");
     assert_eq!(seen["sources"]["complete"]["color"], "rgb(45, 164, 78)");
+    // Below the hours, what the API read per repository (its last run's counts).
+    let api: Vec<Vec<String>> = serde_json::from_value(seen["sources"]["github"].clone()).unwrap();
+    assert_eq!(api.len(), 5, "{api:?}");
+    let nilcsi = api.iter().find(|r| r[0] == "nilcsi/topic-interview-questions").unwrap();
+    assert_eq!(&nilcsi[1..8], ["ok", "4", "0", "6", "0", "3", "4"], "{nilcsi:?}");
+    assert!(nilcsi[8].starts_with("2025-01-01T15:"), "{nilcsi:?}");
+    // 20 calls, the mock's quota counting down from 5,000: the last read left 4,980.
+    let summary = seen["sources"]["github_summary"].as_str().unwrap();
+    assert!(
+        summary.contains("20 calls read 8 PRs, 3 issues and 8 comments; quota left after the last call: 4,980"),
+        "{summary}"
+    );
     // The editor's rows are `swelake sql --format json`'s.
     let want: Vec<Vec<String>> = sql_json(&demo, query)
         .iter()

@@ -84,14 +84,14 @@ pub(crate) const ALICE: (&str, &str) = ("Alice", "1234+alice@users.noreply.githu
 pub(crate) const BOB: (&str, &str) = ("Bob", "bob@example.org");
 
 /// What the made repository holds, as git's own SHAs.
-struct Made {
+pub(crate) struct Made {
     pr1: (String, String, String),
     pr2: (String, String),
     pr4: (String, String, String),
 }
 
 /// A repository with four PRs landed four ways (and one still open), in `dir`.
-fn make_repo(dir: &Path) -> Made {
+pub(crate) fn make_repo(dir: &Path) -> Made {
     std::fs::create_dir_all(dir).unwrap();
     git(dir, &["init", "-q"]);
     let app = "def run(items):\n    return items[0]\n\n\ndef size(items):\n    return len(items)\n";

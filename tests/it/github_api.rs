@@ -18,22 +18,38 @@ use serde::Deserialize;
 use serde_json::Value;
 use swelake::lake::Lake;
 
-const TOKEN: &str = "ghp_sentinel_Zq9vX2mK7wR4tY8uP1sN";
-/// The mock's largest page, so that the five repositories' lists take several pages.
-const PAGE_CAP: usize = 2;
+pub(crate) const TOKEN: &str = "ghp_sentinel_Zq9vX2mK7wR4tY8uP1sN";
 
 #[derive(Default)]
-struct Mock {
-    data: Value,
+pub(crate) struct Mock {
+    /// Per repository (`owner/name`): `repo`, `pulls`, `issues`, `comments`.
+    pub data: Value,
     base: String,
     /// (path and query, status) of every request.
-    log: Vec<(String, u16)>,
+    pub log: Vec<(String, u16)>,
     faults: Vec<(String, u16)>,
     calls: u64,
+    /// The largest page served (GitHub's is 100).
+    page_cap: usize,
 }
 
-fn data_dir() -> std::path::PathBuf {
+pub(crate) fn data_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/github")
+}
+
+/// The REST objects of the five repositories of the 2025-01-01-15 hour.
+pub(crate) fn excerpt_objects() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(data_dir().join("api-2025-01-01-15.json")).unwrap()).unwrap()
+}
+
+/// Serves `data` as GitHub's REST API on loopback: answers its base URL and its state.
+pub(crate) async fn serve_api(data: Value, faults: Vec<(String, u16)>, page_cap: usize) -> (String, Arc<Mutex<Mock>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let mock = Arc::new(Mutex::new(Mock { data, base: base.clone(), faults, page_cap, ..Default::default() }));
+    let app = axum::Router::new().fallback(handle).with_state(mock.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (base, mock)
 }
 
 fn query_of(q: &str) -> BTreeMap<String, String> {
@@ -105,7 +121,7 @@ async fn handle(State(mock): State<Arc<Mutex<Mock>>>, req: Request) -> Response 
         if desc {
             items.reverse();
         }
-        let per_page = q.get("per_page").and_then(|p| p.parse().ok()).unwrap_or(30usize).min(PAGE_CAP);
+        let per_page = q.get("per_page").and_then(|p| p.parse().ok()).unwrap_or(30usize).min(m.page_cap);
         let page = q.get("page").and_then(|p| p.parse().ok()).unwrap_or(1usize);
         let total = items.len();
         let slice: Vec<Value> = items.into_iter().skip((page - 1) * per_page).take(per_page).collect();
@@ -134,7 +150,7 @@ fn fnv(s: &str) -> u64 {
 }
 
 /// Runs the CLI; answers (success, stdout + stderr).
-fn swelake(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
+pub(crate) fn swelake(args: &[&str], env: &[(&str, &str)]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_swelake"))
         .args(args)
         .env_remove("GITHUB_TOKEN")
@@ -210,21 +226,17 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_rest_api_gives_the_archives_rows_politely_and_incrementally() {
-    let data: Value =
-        serde_json::from_str(&std::fs::read_to_string(data_dir().join("api-2025-01-01-15.json")).unwrap()).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let mock = Arc::new(Mutex::new(Mock {
-        data: data.clone(),
-        base: base.clone(),
-        faults: vec![
+    let data = excerpt_objects();
+    // A page of at most 2 items, so that the five repositories' lists take several pages.
+    let (base, mock) = serve_api(
+        data.clone(),
+        vec![
             ("/repos/nilcsi/topic-interview-questions/issues/comments".into(), 403),
             ("/repos/nilcsi/topic-interview-questions/pulls?direction=desc&page=2".into(), 502),
         ],
-        ..Default::default()
-    }));
-    let app = axum::Router::new().fallback(handle).with_state(mock.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        2,
+    )
+    .await;
 
     let dir = tempfile::tempdir().unwrap();
     let repos = dir.path().join("repos.txt");
@@ -349,7 +361,12 @@ async fn the_rest_api_gives_the_archives_rows_politely_and_incrementally() {
         let issue = m.data["Abhay-hack/Lumina"]["issues"][0].as_object_mut().unwrap();
         issue.insert("body".into(), Value::String("Edited: the steps to reproduce, in full.".into()));
         issue.insert("updated_at".into(), Value::String("2025-01-02T09:00:00Z".into()));
-        (issue["number"].as_i64().unwrap(), issue["body"].as_str().unwrap().to_string())
+        let edited = (issue["number"].as_i64().unwrap(), issue["body"].as_str().unwrap().to_string());
+        // An organization's repository whose own object did not change (304): its new events
+        // still carry the organization.
+        let issue = m.data["rapid7/metasploit-framework"]["issues"][0].as_object_mut().unwrap();
+        issue.insert("updated_at".into(), Value::String("2025-01-02T09:30:00Z".into()));
+        edited
     };
     let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
     assert!(ok, "{out}");
@@ -359,9 +376,288 @@ async fn the_rest_api_gives_the_archives_rows_politely_and_incrementally() {
     let lumina = after.iter().find(|i| i.repo_name == "Abhay-hack/Lumina" && i.number == issue_number).unwrap();
     assert_eq!(lumina.body.as_deref(), Some(edited.as_str()));
     assert_eq!(after.len(), api_issues.len());
-    assert_eq!(crate::common::count(&lake, "SELECT count(*) FROM events").await, events_before);
+    assert!(
+        mock.lock().unwrap().log.iter().any(|(p, s)| p == "/repos/rapid7/metasploit-framework" && *s == 304),
+        "the repository's object answers 304"
+    );
+    let orgs: Vec<(Option<String>,)> = swelake::query::rows(
+        &lake.session().await.unwrap(),
+        "SELECT DISTINCT org_login FROM events WHERE repo_name = 'rapid7/metasploit-framework'",
+    )
+    .await
+    .unwrap();
+    assert_eq!(orgs, [(Some("rapid7".to_string()),)]);
+    // The one new event: rapid7's issue now has an `edited` one (updated after it was opened).
+    assert_eq!(crate::common::count(&lake, "SELECT count(*) FROM events").await, events_before + 1);
     assert_eq!(prs(&lake).await, got);
 
     // The token is in no file of the lake.
     assert!(contains_bytes(&api_lake, TOKEN.as_bytes()).is_empty());
+}
+
+#[derive(Deserialize, Debug)]
+struct Text {
+    repo_name: String,
+    number: i64,
+    body: Option<String>,
+    metadata_source: String,
+}
+
+async fn pr_texts(lake: &Lake) -> Vec<Text> {
+    swelake::query::rows(
+        &lake.session().await.unwrap(),
+        "SELECT repo_name, number, body, metadata_source FROM pull_requests ORDER BY repo_name, number",
+    )
+    .await
+    .unwrap()
+}
+
+/// Each served PR's body, by (repository, number).
+fn served_bodies(data: &Value) -> BTreeMap<(String, i64), Option<String>> {
+    let mut out = BTreeMap::new();
+    for (name, r) in data.as_object().unwrap() {
+        for p in r["pulls"].as_array().unwrap() {
+            out.insert((name.clone(), p["number"].as_i64().unwrap()), p["body"].as_str().map(str::to_string));
+        }
+    }
+    out
+}
+
+/// The same hour cut to the payload shape of GitHub's 2025-10-07 trim (PR events are stubs:
+/// no title, body, merge flag or user; DESIGN.md §3), as every hour since is: the API gives
+/// the PRs' text back, and `metadata_source` says so. At GitHub's page size each of these
+/// repositories costs one call for itself and one per list.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_trimmed_hour_gets_its_pr_text_back_through_the_api() {
+    let data = excerpt_objects();
+    let (base, mock) = serve_api(data.clone(), vec![], 100).await;
+    let dir = tempfile::tempdir().unwrap();
+    let full = std::fs::read_to_string(data_dir().join("2025-01-01-15.json")).unwrap();
+    let trimmed: String =
+        full.lines().map(|l| format!("{}\n", crate::common::trim_payload(serde_json::from_str(l).unwrap()))).collect();
+    let hour = dir.path().join("2025-01-01-15.json");
+    std::fs::write(&hour, trimmed).unwrap();
+    let lake_dir = dir.path().join("lake");
+    let a = lake_dir.to_str().unwrap();
+    let (ok, out) = swelake(&["ingest", "--source", hour.to_str().unwrap(), "--lake", a], &[]);
+    assert!(ok, "{out}");
+    let (ok, out) = swelake(&["run", "pull_requests", "issues", "--lake", a], &[]);
+    assert!(ok, "{out}");
+    let lake = Lake::open(a).unwrap();
+    let served = served_bodies(&data);
+    let before = pr_texts(&lake).await;
+    let lost: Vec<&Text> = before
+        .iter()
+        .filter(|t| t.body.is_none() && served.get(&(t.repo_name.clone(), t.number)).is_some_and(Option::is_some))
+        .collect();
+    assert!(lost.len() >= 3, "the trim takes PR bodies away: {before:?}");
+    assert_eq!(
+        crate::common::count(&lake, "SELECT count(*) FROM pull_requests WHERE NOT saw_trimmed_payload").await,
+        0
+    );
+
+    let repos = dir.path().join("repos.txt");
+    let names: Vec<String> = data.as_object().unwrap().keys().cloned().collect();
+    std::fs::write(&repos, names.join("\n")).unwrap();
+    let ingest = ["ingest", "--github", "--repos-file", repos.to_str().unwrap(), "--lake", a, "--api-url", &base];
+    let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
+    assert!(ok, "{out}");
+    // One call for the repository and one per list, each list under 100 objects.
+    let log = std::mem::take(&mut mock.lock().unwrap().log);
+    for n in &names {
+        let calls = log
+            .iter()
+            .filter(|(p, _)| p.starts_with(&format!("/repos/{n}")) && !p.contains(&format!("/repos/{n}-")))
+            .count();
+        assert_eq!(calls, 4, "{n}: {log:?}");
+    }
+    // The next scheduled runs, nothing changed: the same 4 calls each. The first of them asks
+    // the issues and comments lists `since` the watermark for the first time (GitHub's `since`
+    // includes the watermark's second: the newest objects come again, and give the new URLs
+    // their ETags); from then on every call is a 304.
+    let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
+    assert!(ok, "{out}");
+    let second = std::mem::take(&mut mock.lock().unwrap().log);
+    assert_eq!(second.len(), 4 * names.len(), "{second:?}");
+    assert!(second.iter().all(|(p, s)| *s == 304 || p.contains("since=")), "{second:?}");
+    let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
+    assert!(ok, "{out}");
+    let third = std::mem::take(&mut mock.lock().unwrap().log);
+    assert_eq!(third.len(), 4 * names.len(), "{third:?}");
+    assert!(third.iter().all(|(_, s)| *s == 304), "{third:?}");
+    eprintln!(
+        "calls: first read {}, second run {} ({} answered 304), third {} (all 304)",
+        log.len(),
+        second.len(),
+        second.iter().filter(|(_, s)| *s == 304).count(),
+        third.len()
+    );
+    let (ok, out) = swelake(&["run", "pull_requests", "issues", "--lake", a], &[]);
+    assert!(ok, "{out}");
+
+    let after = pr_texts(&lake).await;
+    assert_eq!(after.len(), before.len(), "one row per PR, whichever source holds it");
+    for t in &after {
+        let want = &served[&(t.repo_name.clone(), t.number)];
+        assert_eq!(&t.body, want, "{}#{}", t.repo_name, t.number);
+        // Where the trim lost the body, it is the API's. (A PR whose issue object still came
+        // with a comment in the hour keeps that newer copy of the same text.)
+        if lost.iter().any(|l| (&l.repo_name, l.number) == (&t.repo_name, t.number)) {
+            assert_eq!(t.metadata_source, "github_api", "{}#{}", t.repo_name, t.number);
+        }
+    }
+    // Next to the archive's untrimmed lake of the same hour: the same rows.
+    let archive_dir = dir.path().join("archive");
+    let b = archive_dir.to_str().unwrap();
+    let (ok, out) =
+        swelake(&["ingest", "--source", data_dir().join("2025-01-01-15.json").to_str().unwrap(), "--lake", b], &[]);
+    assert!(ok, "{out}");
+    let (ok, out) = swelake(&["run", "pull_requests", "issues", "--lake", b], &[]);
+    assert!(ok, "{out}");
+    assert_eq!(prs(&lake).await, prs(&Lake::open(b).unwrap()).await);
+
+    // `swelake status`: per repository what the API filled.
+    let (ok, out) = swelake(&["status", "--lake", a, "--json"], &[]);
+    assert!(ok, "{out}");
+    let status: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+    let rows = status["github_api"].as_array().unwrap();
+    assert_eq!(rows.len(), names.len());
+    for r in rows {
+        let n = r["repo_name"].as_str().unwrap();
+        let prs_served = data[n]["pulls"].as_array().unwrap().len() as i64;
+        assert_eq!((r["status"].as_str(), r["calls_last_run"].as_i64()), (Some("ok"), Some(4)), "{r}");
+        assert_eq!((r["not_modified_last_run"].as_i64(), r["calls_total"].as_i64()), (Some(4), Some(12)), "{r}");
+        assert_eq!((r["prs_last_run"].as_i64(), r["prs_total"].as_i64()), (Some(0), Some(prs_served)), "{r}");
+        assert!(r.get("etags").is_none());
+    }
+    let (ok, text) = swelake(&["status", "--lake", a], &[]);
+    eprintln!("{text}");
+    assert!(ok && text.contains("github api (ingest --github): 5 repositories, 60 calls in all"), "{text}");
+}
+
+/// A repository's issue object of the excerpt, moved to `repo` as issue `number`.
+fn rehome(issue: &Value, repo: &str, number: i64) -> Value {
+    let url = issue["url"].as_str().unwrap();
+    let (old_repo, old_number) = {
+        let rest = url.trim_start_matches("https://api.github.com/repos/");
+        let (r, n) = rest.rsplit_once("/issues/").unwrap();
+        (r.to_string(), n.to_string())
+    };
+    let text = issue
+        .to_string()
+        .replace(&format!("{old_repo}/issues/{old_number}"), &format!("{repo}/issues/{number}"))
+        .replace(&format!("repos/{old_repo}\""), &format!("repos/{repo}\""));
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v["number"] = number.into();
+    v
+}
+
+/// PRs found in git alone state their problem with their own text; once the API has read the
+/// issues they close, with those issues' text (`problem_source = issue`), and the card and the
+/// console count them. The issues are real ones of the excerpt (Abhay-hack/Lumina#39,
+/// rapid7/metasploit-framework#19605) moved to the made repository as #10 and #11, the
+/// issues its PRs #1 and #2 close.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_git_only_lake_states_its_problems_with_the_issues_the_api_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    crate::git_prs::make_repo(&work);
+    let src = dir.path().join("src").join("acme").join("widgets.git");
+    crate::git_prs::git(dir.path(), &["clone", "-q", "--mirror", work.to_str().unwrap(), src.to_str().unwrap()]);
+    let excerpt = excerpt_objects();
+    let i10 = rehome(&excerpt["Abhay-hack/Lumina"]["issues"][0], "acme/widgets", 10);
+    let i11 = rehome(&excerpt["rapid7/metasploit-framework"]["issues"][0], "acme/widgets", 11);
+    let mut repo = excerpt["Abhay-hack/Lumina"]["repo"].clone();
+    repo["full_name"] = "acme/widgets".into();
+    repo["name"] = "widgets".into();
+    repo["owner"]["login"] = "acme".into();
+    let data = serde_json::json!({"acme/widgets": {"repo": repo, "pulls": [], "issues": [i10, i11], "comments": []}});
+    let (base, _mock) = serve_api(data, vec![], 100).await;
+
+    let repos = dir.path().join("repos.txt");
+    std::fs::write(&repos, "acme/widgets\n").unwrap();
+    let config = dir.path().join("curation.toml");
+    std::fs::write(&config, "[relevance]\nranker = \"bm25\"\n").unwrap();
+    let lake_dir = dir.path().join("lake");
+    let a = lake_dir.to_str().unwrap();
+    let url = format!("{}/{{repo}}.git", dir.path().join("src").display());
+    let cache = dir.path().join("cache");
+    let run = [
+        "-q",
+        "run",
+        "--all",
+        "--lake",
+        a,
+        "--repos-file",
+        repos.to_str().unwrap(),
+        "--repo-url",
+        &url,
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+    ];
+    let (ok, out) = swelake(&run, &[]);
+    assert!(ok, "{out}");
+    let lake = Lake::open(a).unwrap();
+    #[derive(Deserialize, PartialEq, Debug)]
+    struct Seed {
+        instance_id: String,
+        problem_source: String,
+        problem_statement: String,
+    }
+    let seed = |lake: Lake| async move {
+        swelake::query::rows::<Seed>(
+            &lake.session().await.unwrap(),
+            "SELECT instance_id, problem_source, problem_statement FROM rl_seed ORDER BY instance_id",
+        )
+        .await
+        .unwrap()
+    };
+    let first = seed(lake.clone()).await;
+    assert_eq!(first.iter().map(|s| s.problem_source.as_str()).collect::<Vec<_>>(), ["pr_text", "pr_text"]);
+
+    let (ok, out) = swelake(
+        &["ingest", "--github", "--repos-file", repos.to_str().unwrap(), "--lake", a, "--api-url", &base],
+        &[("GITHUB_TOKEN", TOKEN)],
+    );
+    assert!(ok, "{out}");
+    let (ok, out) = swelake(&run, &[]);
+    assert!(ok, "{out}");
+    let second = seed(lake.clone()).await;
+    assert_eq!(
+        second.iter().map(|s| (s.instance_id.as_str(), s.problem_source.as_str())).collect::<Vec<_>>(),
+        [("acme/widgets#1", "issue"), ("acme/widgets#2", "issue")]
+    );
+    for (s, issue) in second.iter().zip([&excerpt["Abhay-hack/Lumina"], &excerpt["rapid7/metasploit-framework"]]) {
+        let issue = &issue["issues"][0];
+        let (title, body) = (issue["title"].as_str().unwrap(), issue["body"].as_str().unwrap());
+        assert!(s.problem_statement.contains(title), "{}: {}", s.instance_id, s.problem_statement);
+        // The statement keeps the body's words (its line endings may be normalized).
+        let first_line = body.lines().find(|l| l.trim().len() > 10).unwrap().trim();
+        assert!(s.problem_statement.contains(first_line), "{}: {}", s.instance_id, s.problem_statement);
+        assert!(!s.problem_statement.contains("IndexError"), "not the commit message: {}", s.problem_statement);
+    }
+    assert_eq!(
+        crate::common::pairs(&lake, "SELECT metadata_source, count(*) FROM issues GROUP BY 1").await,
+        [("github_api".to_string(), 2)]
+    );
+
+    // The card counts them, and the console shows what the API read.
+    let card_dir = dir.path().join("card");
+    let (ok, out) = swelake(&["report", "--lake", a, "--out", card_dir.to_str().unwrap()], &[]);
+    assert!(ok, "{out}");
+    let card = std::fs::read_to_string(card_dir.join("card.md")).unwrap();
+    assert!(card.contains("| instances whose problem statement is an issue read through GitHub's API | 2 |"), "{card}");
+    assert!(card.contains("read for 1 repository (1 answered ok): 4 calls in all, 0 PRs, 2 issues"), "{card}");
+    let served = crate::console::serve(&["--lake", a], &[]);
+    let (code, body) = crate::console::http(&served.http, "GET", "/api/github", None);
+    assert_eq!(code, 200, "{body}");
+    let g: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(g["repos"][0]["repo_name"], "acme/widgets");
+    assert_eq!(
+        (g["repos"][0]["issues_last_run"].as_i64(), g["repos"][0]["calls_last_run"].as_i64()),
+        (Some(2), Some(4))
+    );
+    assert!(!body.contains("etag"), "{body}");
 }

@@ -135,23 +135,8 @@ async fn real_excerpts_prs_and_merges_match_raw_counts_and_jobs_are_idempotent()
 
 /// Cuts a real event down to the payload shape of GitHub's 2025-10-07 trim and
 /// moves it into the trimmed era.
-fn trim(mut v: Value) -> Value {
-    let t = v["type"].as_str().unwrap().to_string();
-    let p = v["payload"].clone();
-    if t.starts_with("PullRequest") {
-        let pr = &p["pull_request"];
-        let side = |s: &Value| json!({"ref": s["ref"], "sha": s["sha"], "repo": {"id": s["repo"]["id"], "url": s["repo"]["url"], "name": s["repo"]["name"]}});
-        let stub = json!({"id": pr["id"], "number": pr["number"], "url": pr["url"], "head": side(&pr["head"]), "base": side(&pr["base"])});
-        let mut np = json!({"action": p["action"], "number": p["number"], "pull_request": stub});
-        for k in ["review", "comment"] {
-            if !p[k].is_null() {
-                np[k] = p[k].clone();
-            }
-        }
-        v["payload"] = np;
-    } else if t == "PushEvent" {
-        v["payload"] = json!({"repository_id": p["repository_id"], "push_id": p["push_id"], "ref": p["ref"], "head": p["head"], "before": p["before"]});
-    }
+fn trim(v: Value) -> Value {
+    let mut v = crate::common::trim_payload(v);
     let ts = v["created_at"].as_str().unwrap().replace("2025-01-01", "2025-11-01");
     v["created_at"] = json!(ts);
     v

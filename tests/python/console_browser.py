@@ -52,6 +52,9 @@ with sync_playwright() as p:
         "missing": cell("2025-11-03-12"),
         "complete": cell("2025-11-03-13"),
         "expected": page.inner_text("#expected"),
+        "github_summary": page.inner_text("#github-summary"),
+        "github": page.eval_on_selector_all(
+            "#github-repos tbody tr", "rs => rs.map(r => [...r.cells].map(c => c.textContent))"),
     }
     page.hover('#heatmap .cell[data-hour="2025-11-03-14"]')
     shot("sources")

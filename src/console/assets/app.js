@@ -125,11 +125,16 @@ const VERDICTS = {
 };
 
 async function pageSources() {
-  let v;
-  try { v = await apiJson("/api/hours"); } catch (e) { show(errorLine(e)); return; }
+  let v, g;
+  try {
+    [v, g] = await Promise.all([apiJson("/api/hours"), apiJson("/api/github")]);
+  } catch (e) { show(errorLine(e)); return; }
+  show(hoursSection(v), githubSection(g.repos));
+}
+
+function hoursSection(v) {
   if (!v.hours.length) {
-    show(el("h1", {}, "Sources"), el("p", { class: "muted" }, "No GH Archive hour was ingested into this lake (its PRs come from git)."));
-    return;
+    return [el("h1", {}, "Sources"), el("p", { class: "muted" }, "No GH Archive hour was ingested into this lake (its PRs come from git).")];
   }
   // Rows are days; a day shown has an hour of the range that is held or expected (the days
   // of a sample's long gaps are folded into one line).
@@ -161,14 +166,48 @@ async function pageSources() {
   }
   const legend = el("p", { class: "legend" }, Object.keys(VERDICTS).map((k) =>
     [el("span", { class: "sw v-" + k }), `${k.replace("_", " ")} ${fmt(counts[k] || 0)}`]));
-  show(
+  return [
     el("h1", {}, "Sources: GH Archive hours"),
     el("p", {}, `${v.first_hour} .. ${v.last_hour}, UTC. Each cell is an hour, as swelake status judges it; hover for its counts.`),
     el("p", { id: "expected" }, el("b", {}, "Expected hours: " + v.expected.mode), " — " + v.expected.reason +
       " ([completeness] expect in the curation config: auto, range, days, held or a list)."),
     legend,
     folded ? el("p", { class: "muted" }, `${fmt(folded)} days with no hour held or expected are not drawn.`) : null,
-    grid);
+    grid,
+  ];
+}
+
+// What `swelake ingest --github` read from GitHub's REST API, per repository.
+function githubSection(repos) {
+  const head = el("h2", {}, "GitHub REST API");
+  if (!repos.length) {
+    return [head, el("p", { class: "muted", id: "github-none" },
+      "No repository was read through GitHub's API (swelake ingest --github --repos-file F fills in the text the archive lost).")];
+  }
+  const sum = (k) => repos.reduce((a, r) => a + r[k], 0);
+  // The quota is the token's, not the repository's: the one the newest read left (within a
+  // second, the lower one: it only falls until the hour's reset).
+  const later = (r, a) => r.last_run_at > a.last_run_at ||
+    (r.last_run_at === a.last_run_at && r.quota_remaining < a.quota_remaining);
+  const latest = repos.filter((r) => r.quota_remaining !== null)
+    .reduce((a, r) => (a === null || later(r, a) ? r : a), null);
+  const rows = repos.map((r) => el("tr", { "data-repo": r.repo_name },
+    el("td", {}, r.current_name && r.current_name !== r.repo_name ? `${r.repo_name} (now ${r.current_name})` : r.repo_name),
+    el("td", { class: "status-" + r.status, title: r.reason || null }, r.reason ? `${r.status}: ${r.reason}` : r.status),
+    [r.calls_last_run, r.not_modified_last_run, r.prs_last_run, r.issues_last_run, r.comments_last_run, r.calls_total]
+      .map((n) => el("td", { class: "num" }, fmt(n))),
+    el("td", {}, r.watermark || "-"),
+    el("td", { class: "num" }, fmt(r.quota_remaining)),
+    el("td", {}, r.last_run_at)));
+  return [
+    head,
+    el("p", { id: "github-summary" }, `${fmt(repos.length)} repositories; over all runs ${fmt(sum("calls_total"))} calls read ` +
+      `${fmt(sum("prs_total"))} PRs, ${fmt(sum("issues_total"))} issues and ${fmt(sum("comments_total"))} comments` +
+      (latest ? `; quota left after the last call: ${fmt(latest.quota_remaining)}.` : ".") +
+      " The counts per repository are its last run's; a 304 (list unchanged) costs no quota."),
+    table(["repository", "status", "calls", "304s", "PRs", "issues", "comments", "calls in all", "watermark", "quota left", "last run"],
+      rows, { id: "github-repos" }),
+  ];
 }
 
 // ---- SQL ----------------------------------------------------------------------------------

@@ -41,7 +41,7 @@ use client::{Answer, Client, Stop};
 
 /// `source_file` of the events made from API objects starts so.
 pub const SOURCE_PREFIX: &str = "github_api/";
-pub const GITHUB_API_REPOS: &str = "github_api_repos";
+pub use crate::archive::api_sources::GITHUB_API_REPOS;
 
 /// Settings of one `ingest --github` run.
 #[derive(Debug, Clone)]
@@ -83,6 +83,12 @@ pub struct RepoState {
     pub comments_total: i64,
     pub quota_remaining: Option<i64>,
     pub last_run_at: String,
+    /// The owning organization as the repository's object gave it (none for a user's
+    /// repository): kept, so events made after a 304 on the repository still carry it.
+    #[serde(default)]
+    pub org_id: Option<i64>,
+    #[serde(default)]
+    pub org_login: Option<String>,
 }
 
 /// What a run did, per repository and in all.
@@ -260,10 +266,12 @@ async fn read_repo(client: &mut Client, repo: &str, st: &mut RepoState, opts: &G
         "name": repo,
         "url": format!("https://api.github.com/repos/{repo}"),
     });
-    let org = meta
-        .get("owner")
-        .filter(|o| o.get("type").and_then(Value::as_str) == Some("Organization"))
-        .map(|o| json!({"id": o.get("id"), "login": o.get("login")}));
+    if let Some(owner) = meta.get("owner") {
+        let org = owner.get("type").and_then(Value::as_str) == Some("Organization");
+        st.org_id = owner.get("id").and_then(Value::as_i64).filter(|_| org);
+        st.org_login = owner.get("login").and_then(Value::as_str).filter(|_| org).map(str::to_string);
+    }
+    let org = st.org_login.as_ref().map(|login| json!({"id": st.org_id, "login": login}));
     let since = if st.watermark.is_empty() { opts.since.clone() } else { Some(st.watermark.clone()) };
     let mut read = Read::default();
     let mut newest: Option<String> = None;
