@@ -174,14 +174,15 @@ async fn write_sources(lake: &Lake, ctx: &SessionContext, opts: &ReportOptions, 
         writeln!(
             md,
             "\nGitHub's REST API (`swelake ingest --github`) was read for {} {} ({} answered ok): \
-             {} calls in all, {} PRs, {} issues and {} comments read.",
+             {} calls in all, {} PRs, {} issues, {} comments and {} reviews read.",
             api.len(),
             if api.len() == 1 { "repository" } else { "repositories" },
             api.iter().filter(|r| r.status == "ok").count(),
             total(|r| r.calls_total),
             total(|r| r.prs_total),
             total(|r| r.issues_total),
-            total(|r| r.comments_total)
+            total(|r| r.comments_total),
+            total(|r| r.reviews_total.unwrap_or(0))
         )?;
     }
     let Some(c) = crate::archive::assess(lake, &opts.completeness).await? else {

@@ -34,6 +34,11 @@ pub struct ApiSource {
     /// `x-ratelimit-remaining` after the repository's last call.
     pub quota_remaining: Option<i64>,
     pub last_run_at: String,
+    /// Reviews read (`--reviews`); NULL in rows written before they were counted.
+    #[serde(default)]
+    pub reviews_last_run: Option<i64>,
+    #[serde(default)]
+    pub reviews_total: Option<i64>,
 }
 
 /// Every repository `ingest --github` has read into this lake, by name (empty when it never ran).
@@ -42,13 +47,6 @@ pub async fn api_sources(lake: &Lake) -> Result<Vec<ApiSource>> {
         return Ok(Vec::new());
     }
     let ctx = lake.session().await?;
-    crate::query::rows(
-        &ctx,
-        &format!(
-            "SELECT repo_name, status, reason, current_name, watermark, calls_last_run, not_modified_last_run, \
-             calls_total, prs_last_run, issues_last_run, comments_last_run, prs_total, issues_total, \
-             comments_total, quota_remaining, last_run_at FROM {GITHUB_API_REPOS} ORDER BY repo_name"
-        ),
-    )
-    .await
+    // Every column, by name: a table written before a column existed reads it as absent.
+    crate::query::rows(&ctx, &format!("SELECT * FROM {GITHUB_API_REPOS} ORDER BY repo_name")).await
 }

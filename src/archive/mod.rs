@@ -1,7 +1,7 @@
 //! GH Archive's domain, for every layer that reads it: the hour keys (`YYYY-MM-DD-H`), what
 //! each ingested hour file held (`source_hours`, written by ingest), and whether the hours are
 //! complete ([`assess`], read by `swelake status` and the dataset card); and what GitHub's REST
-//! API gave in its place ([`api_sources`]).
+//! API gave in its place ([`api_sources()`]).
 //!
 //! Not here: reading or parsing hour files (the `ingest` stage).
 

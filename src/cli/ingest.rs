@@ -18,7 +18,8 @@ use crate::lake::Codec;
   swelake ingest --source https://data.gharchive.org --from 2025-01-01-0 --to 2025-01-01-23 --lake lake
   GITHUB_TOKEN=… swelake ingest --github --repos-file repos.txt --lake lake --since 2025-10-01T00:00:00Z
 
-With --github, each repository's pull requests, issues and comments are read from GitHub's REST API
+With --github, each repository's pull requests, issues, comments and review comments (with --reviews
+also each changed PR's reviews) are read from GitHub's REST API
 (GitHub Enterprise Server: --api-url https://HOST/api/v3) and written as events of GH Archive's shape
 (events.source = 'github_api'); a rerun asks only for what changed (github_api_repos).")]
 pub(crate) struct IngestArgs {
@@ -47,6 +48,10 @@ pub(crate) struct IngestArgs {
     /// With --github: the most HTTP calls this run makes (a rerun goes on where it stopped).
     #[arg(long, default_value_t = 4000)]
     max_calls: u64,
+    /// With --github: also read each changed PR's reviews (one call per PR; review comments are
+    /// read anyway, a call per 100 for the whole repository).
+    #[arg(long, requires = "github")]
+    reviews: bool,
     #[command(flatten)]
     lake: LakeArg,
     /// First hour to ingest, YYYY-MM-DD-H (inclusive).
@@ -135,6 +140,7 @@ impl IngestArgs {
             since: self.since.as_deref().map(rfc3339).transpose()?,
             until: self.until.as_deref().map(rfc3339).transpose()?,
             max_calls: self.max_calls,
+            reviews: self.reviews,
             show_progress: !ctx.quiet,
         };
         let summary = crate::ingest::github::run(&lake, &opts).await?;

@@ -200,12 +200,13 @@ fn render_github_api(s: &mut String, repos: &[crate::archive::ApiSource]) {
     let total = |f: fn(&crate::archive::ApiSource) -> i64| repos.iter().map(f).sum::<i64>();
     let _ = writeln!(
         s,
-        "\ngithub api (ingest --github): {} repositories, {} calls in all; {} PRs, {} issues, {} comments read",
+        "\ngithub api (ingest --github): {} repositories, {} calls in all; {} PRs, {} issues, {} comments, {} reviews read",
         repos.len(),
         total(|r| r.calls_total),
         total(|r| r.prs_total),
         total(|r| r.issues_total),
-        total(|r| r.comments_total)
+        total(|r| r.comments_total),
+        total(|r| r.reviews_total.unwrap_or(0))
     );
     let _ = writeln!(
         s,

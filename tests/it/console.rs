@@ -364,12 +364,13 @@ async fn the_console_in_headless_chromium_psql_on_the_wire_and_a_piped_shell() {
     let api: Vec<Vec<String>> = serde_json::from_value(seen["sources"]["github"].clone()).unwrap();
     assert_eq!(api.len(), 5, "{api:?}");
     let nilcsi = api.iter().find(|r| r[0] == "nilcsi/topic-interview-questions").unwrap();
-    assert_eq!(&nilcsi[1..8], ["ok", "4", "0", "6", "0", "3", "4"], "{nilcsi:?}");
+    assert_eq!(&nilcsi[1..8], ["ok", "5", "0", "6", "0", "3", "5"], "{nilcsi:?}");
     assert!(nilcsi[8].starts_with("2025-01-01T15:"), "{nilcsi:?}");
-    // 20 calls, the mock's quota counting down from 5,000: the last read left 4,980.
+    // 25 calls, the mock's quota counting down from 5,000: the last read left 4,975.
     let summary = seen["sources"]["github_summary"].as_str().unwrap();
     assert!(
-        summary.contains("20 calls read 8 PRs, 3 issues and 8 comments; quota left after the last call: 4,980"),
+        summary
+            .contains("25 calls read 8 PRs, 3 issues, 8 comments and 0 reviews; quota left after the last call: 4,975"),
         "{summary}"
     );
     // The editor's rows are `swelake sql --format json`'s.

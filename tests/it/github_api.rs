@@ -106,18 +106,27 @@ async fn handle(State(mock): State<Arc<Mutex<Mock>>>, req: Request) -> Response 
     let (body, page_info) = if rest.is_empty() {
         (repo["repo"].clone(), None)
     } else {
+        let reviews_of = rest.strip_prefix("pulls/").and_then(|r| r.strip_suffix("/reviews"));
         let (key, desc) = match rest.as_str() {
             "pulls" => ("pulls", q.get("direction").map(String::as_str) != Some("asc")),
             "issues" => ("issues", q.get("direction").map(String::as_str) == Some("desc")),
             "issues/comments" => ("comments", q.get("direction").map(String::as_str) == Some("desc")),
+            "pulls/comments" => ("review_comments", q.get("direction").map(String::as_str) == Some("desc")),
+            _ if reviews_of.is_some() => ("reviews", false),
             _ => return reply(&mut m, 404, r#"{"message":"Not Found"}"#.into(), vec![]),
         };
-        let mut items: Vec<Value> = repo[key].as_array().cloned().unwrap_or_default();
+        // A PR's reviews, in submission order (that list has no `since` and no sort).
+        let mut items: Vec<Value> = match reviews_of {
+            Some(n) => repo["reviews"][n].as_array().cloned().unwrap_or_default(),
+            None => repo[key].as_array().cloned().unwrap_or_default(),
+        };
         // The pulls list has no `since`; the issues and comments lists do.
-        if let Some(since) = q.get("since").filter(|_| key != "pulls") {
+        if let Some(since) = q.get("since").filter(|_| key != "pulls" && key != "reviews") {
             items.retain(|i| updated(i) >= since.as_str());
         }
-        items.sort_by(|a, b| updated(a).cmp(updated(b)));
+        if reviews_of.is_none() {
+            items.sort_by(|a, b| updated(a).cmp(updated(b)));
+        }
         if desc {
             items.reverse();
         }
@@ -469,21 +478,21 @@ async fn a_trimmed_hour_gets_its_pr_text_back_through_the_api() {
             .iter()
             .filter(|(p, _)| p.starts_with(&format!("/repos/{n}")) && !p.contains(&format!("/repos/{n}-")))
             .count();
-        assert_eq!(calls, 4, "{n}: {log:?}");
+        assert_eq!(calls, 5, "{n}: {log:?}");
     }
-    // The next scheduled runs, nothing changed: the same 4 calls each. The first of them asks
-    // the issues and comments lists `since` the watermark for the first time (GitHub's `since`
+    // The next scheduled runs, nothing changed: the same 5 calls each. The first of them asks
+    // the three lists of comments and issues `since` the watermark for the first time (GitHub's `since`
     // includes the watermark's second: the newest objects come again, and give the new URLs
     // their ETags); from then on every call is a 304.
     let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
     assert!(ok, "{out}");
     let second = std::mem::take(&mut mock.lock().unwrap().log);
-    assert_eq!(second.len(), 4 * names.len(), "{second:?}");
+    assert_eq!(second.len(), 5 * names.len(), "{second:?}");
     assert!(second.iter().all(|(p, s)| *s == 304 || p.contains("since=")), "{second:?}");
     let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
     assert!(ok, "{out}");
     let third = std::mem::take(&mut mock.lock().unwrap().log);
-    assert_eq!(third.len(), 4 * names.len(), "{third:?}");
+    assert_eq!(third.len(), 5 * names.len(), "{third:?}");
     assert!(third.iter().all(|(_, s)| *s == 304), "{third:?}");
     eprintln!(
         "calls: first read {}, second run {} ({} answered 304), third {} (all 304)",
@@ -525,14 +534,14 @@ async fn a_trimmed_hour_gets_its_pr_text_back_through_the_api() {
     for r in rows {
         let n = r["repo_name"].as_str().unwrap();
         let prs_served = data[n]["pulls"].as_array().unwrap().len() as i64;
-        assert_eq!((r["status"].as_str(), r["calls_last_run"].as_i64()), (Some("ok"), Some(4)), "{r}");
-        assert_eq!((r["not_modified_last_run"].as_i64(), r["calls_total"].as_i64()), (Some(4), Some(12)), "{r}");
+        assert_eq!((r["status"].as_str(), r["calls_last_run"].as_i64()), (Some("ok"), Some(5)), "{r}");
+        assert_eq!((r["not_modified_last_run"].as_i64(), r["calls_total"].as_i64()), (Some(5), Some(15)), "{r}");
         assert_eq!((r["prs_last_run"].as_i64(), r["prs_total"].as_i64()), (Some(0), Some(prs_served)), "{r}");
         assert!(r.get("etags").is_none());
     }
     let (ok, text) = swelake(&["status", "--lake", a], &[]);
     eprintln!("{text}");
-    assert!(ok && text.contains("github api (ingest --github): 5 repositories, 60 calls in all"), "{text}");
+    assert!(ok && text.contains("github api (ingest --github): 5 repositories, 75 calls in all"), "{text}");
 }
 
 /// A repository's issue object of the excerpt, moved to `repo` as issue `number`.
@@ -649,7 +658,7 @@ async fn a_git_only_lake_states_its_problems_with_the_issues_the_api_reads() {
     assert!(ok, "{out}");
     let card = std::fs::read_to_string(card_dir.join("card.md")).unwrap();
     assert!(card.contains("| instances whose problem statement is an issue read through GitHub's API | 2 |"), "{card}");
-    assert!(card.contains("read for 1 repository (1 answered ok): 4 calls in all, 0 PRs, 2 issues"), "{card}");
+    assert!(card.contains("read for 1 repository (1 answered ok): 5 calls in all, 0 PRs, 2 issues"), "{card}");
     let served = crate::console::serve(&["--lake", a], &[]);
     let (code, body) = crate::console::http(&served.http, "GET", "/api/github", None);
     assert_eq!(code, 200, "{body}");
@@ -657,7 +666,99 @@ async fn a_git_only_lake_states_its_problems_with_the_issues_the_api_reads() {
     assert_eq!(g["repos"][0]["repo_name"], "acme/widgets");
     assert_eq!(
         (g["repos"][0]["issues_last_run"].as_i64(), g["repos"][0]["calls_last_run"].as_i64()),
-        (Some(2), Some(4))
+        (Some(2), Some(5))
     );
     assert!(!body.contains("etag"), "{body}");
+}
+
+#[derive(Deserialize, Debug, PartialEq)]
+struct ReviewRow {
+    repo_name: String,
+    pr_number: i64,
+    kind: String,
+    action: Option<String>,
+    actor_login: Option<String>,
+    text: Option<String>,
+    text_author_login: Option<String>,
+    review_state: Option<String>,
+    comment_path: Option<String>,
+}
+
+async fn review_rows(lake: &Lake) -> Vec<ReviewRow> {
+    swelake::query::rows(
+        &lake.session().await.unwrap(),
+        "SELECT repo_name, pr_number, kind, action, actor_login, text, text_author_login, review_state, comment_path \
+         FROM pr_timeline WHERE kind IN ('review', 'review_comment') ORDER BY repo_name, pr_number, kind, event_id",
+    )
+    .await
+    .unwrap()
+}
+
+/// Review comments (one list for the whole repository, always read) and reviews (a call per
+/// changed PR, with `--reviews`) of the hour's two repositories that have both, served as the
+/// REST API spells them (tests/data/github/reviews_from_excerpt.py): the PR timelines hold the
+/// archive's reviews and review comments.
+#[tokio::test(flavor = "multi_thread")]
+async fn reviews_and_review_comments_through_the_api_are_the_archives() {
+    let data: Value =
+        serde_json::from_str(&std::fs::read_to_string(data_dir().join("api-reviews-2025-01-01-15.json")).unwrap())
+            .unwrap();
+    let (base, mock) = serve_api(data.clone(), vec![], 100).await;
+    let dir = tempfile::tempdir().unwrap();
+    let repos = dir.path().join("repos.txt");
+    let names: Vec<String> = data.as_object().unwrap().keys().cloned().collect();
+    std::fs::write(&repos, names.join("\n")).unwrap();
+    let r = repos.to_str().unwrap();
+
+    // Without --reviews: the review comments, not the reviews; a call for the repository and
+    // one per list.
+    let plain_dir = dir.path().join("plain");
+    let p = plain_dir.to_str().unwrap();
+    let (ok, out) = swelake(
+        &["ingest", "--github", "--repos-file", r, "--lake", p, "--api-url", &base],
+        &[("GITHUB_TOKEN", TOKEN)],
+    );
+    assert!(ok, "{out}");
+    assert_eq!(std::mem::take(&mut mock.lock().unwrap().log).len(), 5 * names.len());
+    let (ok, out) = swelake(&["run", "pull_requests", "--lake", p], &[]);
+    assert!(ok, "{out}");
+    let plain = review_rows(&Lake::open(p).unwrap()).await;
+    assert_eq!(plain.iter().map(|r| r.kind.as_str()).collect::<Vec<_>>(), ["review_comment", "review_comment"]);
+
+    let api_dir = dir.path().join("api");
+    let a = api_dir.to_str().unwrap();
+    let (ok, out) = swelake(
+        &["ingest", "--github", "--reviews", "--repos-file", r, "--lake", a, "--api-url", &base],
+        &[("GITHUB_TOKEN", TOKEN)],
+    );
+    assert!(ok, "{out}");
+    // One more call per PR read: its reviews.
+    let log = std::mem::take(&mut mock.lock().unwrap().log);
+    assert_eq!(log.iter().filter(|(p, _)| p.ends_with("/reviews?per_page=100")).count(), 2, "{log:?}");
+    assert_eq!(log.len(), 6 * names.len(), "{log:?}");
+    let (ok, out) = swelake(&["run", "pull_requests", "--lake", a], &[]);
+    assert!(ok, "{out}");
+
+    let archive_dir = dir.path().join("archive");
+    let b = archive_dir.to_str().unwrap();
+    let hour = data_dir().join("reviews-2025-01-01-15.json");
+    let (ok, out) = swelake(&["ingest", "--source", hour.to_str().unwrap(), "--lake", b], &[]);
+    assert!(ok, "{out}");
+    let (ok, out) = swelake(&["run", "pull_requests", "--lake", b], &[]);
+    assert!(ok, "{out}");
+
+    let got = review_rows(&Lake::open(a).unwrap()).await;
+    assert_eq!(got.len(), 5, "3 reviews and 2 review comments: {got:?}");
+    assert_eq!(got, review_rows(&Lake::open(b).unwrap()).await);
+    assert!(got.iter().any(|r| r.review_state.as_deref() == Some("approved")), "{got:?}");
+    let reviews: Vec<(String, Option<i64>)> = swelake::query::rows(
+        &Lake::open(a).unwrap().session().await.unwrap(),
+        "SELECT repo_name, reviews_last_run FROM github_api_repos ORDER BY repo_name",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        reviews,
+        [("highlightjs/highlight.js".to_string(), Some(1)), ("minkphp/webdriver-classic-driver".to_string(), Some(2))]
+    );
 }

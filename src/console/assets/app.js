@@ -184,7 +184,7 @@ function githubSection(repos) {
     return [head, el("p", { class: "muted", id: "github-none" },
       "No repository was read through GitHub's API (swelake ingest --github --repos-file F fills in the text the archive lost).")];
   }
-  const sum = (k) => repos.reduce((a, r) => a + r[k], 0);
+  const sum = (k) => repos.reduce((a, r) => a + (r[k] || 0), 0);
   // The quota is the token's, not the repository's: the one the newest read left (within a
   // second, the lower one: it only falls until the hour's reset).
   const later = (r, a) => r.last_run_at > a.last_run_at ||
@@ -202,7 +202,8 @@ function githubSection(repos) {
   return [
     head,
     el("p", { id: "github-summary" }, `${fmt(repos.length)} repositories; over all runs ${fmt(sum("calls_total"))} calls read ` +
-      `${fmt(sum("prs_total"))} PRs, ${fmt(sum("issues_total"))} issues and ${fmt(sum("comments_total"))} comments` +
+      `${fmt(sum("prs_total"))} PRs, ${fmt(sum("issues_total"))} issues, ${fmt(sum("comments_total"))} comments ` +
+      `and ${fmt(sum("reviews_total"))} reviews` +
       (latest ? `; quota left after the last call: ${fmt(latest.quota_remaining)}.` : ".") +
       " The counts per repository are its last run's; a 304 (list unchanged) costs no quota."),
     table(["repository", "status", "calls", "304s", "PRs", "issues", "comments", "calls in all", "watermark", "quota left", "last run"],

@@ -39,16 +39,22 @@ fn s<'a>(v: &'a Value, k: &str) -> Option<&'a str> {
     v.get(k).and_then(Value::as_str)
 }
 
+/// A PR of the pulls list as the archive's payloads carry it: with `merged` (set when
+/// `merged_at` is).
+pub fn pr_object(pr: &Value) -> Value {
+    let mut obj = pr.clone();
+    if obj.get("merged").is_none() {
+        obj["merged"] = json!(pr.get("merged_at").is_some_and(|m| !m.is_null()));
+    }
+    obj
+}
+
 /// A PR of the pulls list: `opened` at its creation, `closed` at its close. The list's simple
 /// object has no `merged` field: merged means `merged_at` is set.
 pub fn pr_events(ctx: &Ctx, pr: &Value) -> Vec<String> {
     let id = pr.get("id").and_then(Value::as_i64).unwrap_or(0);
     let number = pr.get("number").cloned().unwrap_or(Value::Null);
-    let mut obj = pr.clone();
-    let merged = pr.get("merged_at").is_some_and(|m| !m.is_null());
-    if obj.get("merged").is_none() {
-        obj["merged"] = json!(merged);
-    }
+    let obj = pr_object(pr);
     let mut out = Vec::new();
     if let Some(at) = s(pr, "created_at") {
         out.extend(ctx.event(
@@ -145,6 +151,43 @@ pub fn comment_events(ctx: &Ctx, c: &Value, number: i64, on_pr: bool, issue: Opt
         c.get("user"),
         at,
         json!({"action": "created", "issue": issue, "comment": c}),
+    )
+    .into_iter()
+    .collect()
+}
+
+/// A review comment on PR `number`: `created` with its PR (read this run; else a reference
+/// to it, as a comment on an older issue gets).
+pub fn review_comment_events(ctx: &Ctx, c: &Value, number: i64, pr: Option<&Value>) -> Vec<String> {
+    let id = c.get("id").and_then(Value::as_i64).unwrap_or(0);
+    let pr = pr.cloned().unwrap_or_else(|| json!({"number": number, "url": c.get("pull_request_url")}));
+    let Some(at) = s(c, "created_at") else { return Vec::new() };
+    ctx.event(
+        format!("api-review-comment-{id}"),
+        "PullRequestReviewCommentEvent",
+        c.get("user"),
+        at,
+        json!({"action": "created", "comment": c, "pull_request": pr}),
+    )
+    .into_iter()
+    .collect()
+}
+
+/// A submitted review of `pr`, at its submission (a pending one has none: no event). The
+/// REST API spells the state `APPROVED`, the Events API `approved`: the archive's spelling.
+pub fn review_events(ctx: &Ctx, review: &Value, pr: &Value) -> Vec<String> {
+    let id = review.get("id").and_then(Value::as_i64).unwrap_or(0);
+    let Some(at) = s(review, "submitted_at") else { return Vec::new() };
+    let mut r = review.clone();
+    if let Some(state) = s(review, "state") {
+        r["state"] = json!(state.to_ascii_lowercase());
+    }
+    ctx.event(
+        format!("api-review-{id}"),
+        "PullRequestReviewEvent",
+        review.get("user"),
+        at,
+        json!({"action": "created", "review": r, "pull_request": pr}),
     )
     .into_iter()
     .collect()

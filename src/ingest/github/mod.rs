@@ -4,13 +4,15 @@
 //!
 //! Per repository it reads GitHub's REST v3 lists — the repository (its id, its current name),
 //! `pulls?state=all&sort=updated&direction=desc` (until the watermark), `issues?since=` and
-//! `issues/comments?since=` — and writes what it read as **events of the archive's shape**:
-//! a `PullRequestEvent` `opened` (at the PR's creation) and `closed` (at its close, `merged`
-//! set from `merged_at`: the list's "simple" objects have no `merged` field), `IssuesEvent`
-//! `opened`/`closed`, `IssueCommentEvent` `created`, each with the API's object as its payload.
-//! So every SQL job, the PR tables and the seed read them unchanged. Reviews and review
-//! comments are not read: one call per PR each, where the lists above cost one call per 100
-//! changed objects.
+//! `issues/comments?since=`, `pulls/comments?since=` (review comments) and, with `--reviews`,
+//! each changed PR's `pulls/{n}/reviews` — and writes what it read as **events of the
+//! archive's shape**: a `PullRequestEvent` `opened` (at the PR's creation) and `closed` (at its
+//! close, `merged` set from `merged_at`: the list's "simple" objects have no `merged` field),
+//! `IssuesEvent` `opened`/`closed`, `IssueCommentEvent` `created`,
+//! `PullRequestReviewCommentEvent` `created`, `PullRequestReviewEvent` `created`, each with the
+//! API's object as its payload. So every SQL job, the PR tables and the seed read them
+//! unchanged. Reviews are opt-in: GitHub lists them per PR only, a call per changed PR, where
+//! the other lists cost a call per 100 changed objects.
 //!
 //! Ids are `api-<kind>-<object id>-<action>`: stable across reruns and never an archive id
 //! (those are numbers). Each object's events carry `source_file =
@@ -55,6 +57,8 @@ pub struct GithubOptions {
     /// Events after this time are not written (RFC 3339).
     pub until: Option<String>,
     pub max_calls: u64,
+    /// Also read each changed PR's reviews (a call per PR).
+    pub reviews: bool,
     pub show_progress: bool,
 }
 
@@ -89,6 +93,12 @@ pub struct RepoState {
     pub org_id: Option<i64>,
     #[serde(default)]
     pub org_login: Option<String>,
+    /// PR reviews read by the last run (`--reviews`; PullRequestReviewEvents). NULL in rows
+    /// written before the column existed.
+    #[serde(default)]
+    pub reviews_last_run: Option<i64>,
+    #[serde(default)]
+    pub reviews_total: Option<i64>,
 }
 
 /// What a run did, per repository and in all.
@@ -172,6 +182,8 @@ pub async fn run(lake: &Lake, opts: &GithubOptions) -> Result<GithubSummary> {
                 st.prs_last_run = read.prs as i64;
                 st.issues_last_run = read.issues as i64;
                 st.comments_last_run = read.comments as i64;
+                st.reviews_last_run = Some(read.reviews as i64);
+                st.reviews_total = Some(st.reviews_total.unwrap_or(0) + read.reviews as i64);
                 st.prs_total += st.prs_last_run;
                 st.issues_total += st.issues_last_run;
                 st.comments_total += st.comments_last_run;
@@ -187,9 +199,11 @@ pub async fn run(lake: &Lake, opts: &GithubOptions) -> Result<GithubSummary> {
                 st.prs_last_run = 0;
                 st.issues_last_run = 0;
                 st.comments_last_run = 0;
+                st.reviews_last_run = Some(0);
             }
             Err(e) => {
                 (st.prs_last_run, st.issues_last_run, st.comments_last_run) = (0, 0, 0);
+                st.reviews_last_run = Some(0);
                 match e.downcast_ref::<Stop>() {
                     Some(s) => {
                         st.status = "stopped".into();
@@ -237,7 +251,9 @@ struct Read {
     objects: BTreeMap<String, Vec<String>>,
     prs: usize,
     issues: usize,
+    /// Issue, PR and review comments.
     comments: usize,
+    reviews: usize,
     watermark: Option<String>,
 }
 
@@ -287,6 +303,8 @@ async fn read_repo(client: &mut Client, repo: &str, st: &mut RepoState, opts: &G
     // Pull requests, newest update first, until the watermark.
     let first = client.url(&format!("/repos/{current}/pulls?state=all&sort=updated&direction=desc&per_page=100"));
     let mut pr_numbers = std::collections::BTreeSet::new();
+    // The PRs read this run, as their events carry them: review events carry them too.
+    let mut pr_objects: BTreeMap<i64, Value> = BTreeMap::new();
     for item in list(client, &first, &mut etags, |item| {
         since.as_deref().is_some_and(|s| item.get("updated_at").and_then(Value::as_str).is_some_and(|u| u < s))
     })
@@ -296,6 +314,7 @@ async fn read_repo(client: &mut Client, repo: &str, st: &mut RepoState, opts: &G
         let n = item.get("number").and_then(Value::as_i64).unwrap_or(0);
         pr_numbers.insert(n);
         read.objects.insert(format!("{SOURCE_PREFIX}{repo}/pr/{n}"), convert::pr_events(&ctx, &item));
+        pr_objects.insert(n, convert::pr_object(&item));
         read.prs += 1;
     }
     // Issues (the list holds PRs too, as issues: those are read above).
@@ -320,12 +339,7 @@ async fn read_repo(client: &mut Client, repo: &str, st: &mut RepoState, opts: &G
     for item in list(client, &first, &mut etags, |_| false).await? {
         note(item.get("updated_at").and_then(Value::as_str));
         let id = item.get("id").and_then(Value::as_i64).unwrap_or(0);
-        let number = item
-            .get("issue_url")
-            .and_then(Value::as_str)
-            .and_then(|u| u.rsplit('/').next())
-            .and_then(|n| n.parse::<i64>().ok())
-            .unwrap_or(0);
+        let number = number_of(item.get("issue_url"));
         let on_pr = pr_numbers.contains(&number)
             || item.get("html_url").and_then(Value::as_str).is_some_and(|u| u.contains("/pull/"));
         read.objects.insert(
@@ -334,10 +348,43 @@ async fn read_repo(client: &mut Client, repo: &str, st: &mut RepoState, opts: &G
         );
         read.comments += 1;
     }
+    // Review comments: one list for the whole repository (a new one also moves its PR's
+    // `updated_at`, so its PR was read above).
+    let first =
+        client.url(&format!("/repos/{current}/pulls/comments?sort=updated&direction=asc&per_page=100{since_q}"));
+    for item in list(client, &first, &mut etags, |_| false).await? {
+        note(item.get("updated_at").and_then(Value::as_str));
+        let id = item.get("id").and_then(Value::as_i64).unwrap_or(0);
+        let number = number_of(item.get("pull_request_url"));
+        read.objects.insert(
+            format!("{SOURCE_PREFIX}{repo}/review_comment/{id}"),
+            convert::review_comment_events(&ctx, &item, number, pr_objects.get(&number)),
+        );
+        read.comments += 1;
+    }
+    // Reviews have no repository-wide list: a call per PR read this run, when asked. Their
+    // ETags are not kept (one per PR would grow without bound; a changed PR's list changed).
+    if opts.reviews {
+        let mut no_etags = HashMap::new();
+        for (n, pr) in &pr_objects {
+            let first = client.url(&format!("/repos/{current}/pulls/{n}/reviews?per_page=100"));
+            for item in list(client, &first, &mut no_etags, |_| false).await? {
+                let id = item.get("id").and_then(Value::as_i64).unwrap_or(0);
+                read.objects
+                    .insert(format!("{SOURCE_PREFIX}{repo}/review/{id}"), convert::review_events(&ctx, &item, pr));
+                read.reviews += 1;
+            }
+        }
+    }
     st.etags = etags.into_iter().map(|(u, e)| format!("{u}\t{e}")).collect();
     st.etags.sort();
     read.watermark = newest;
     Ok(Some(read))
+}
+
+/// The number at the end of an issue's or PR's API URL (0 when there is none).
+fn number_of(url: Option<&Value>) -> i64 {
+    url.and_then(Value::as_str).and_then(|u| u.rsplit('/').next()).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
 
 /// Every item of a list, page after page by `Link: rel="next"`; a 304 on the first page (its
