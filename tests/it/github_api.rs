@@ -31,6 +31,8 @@ pub(crate) struct Mock {
     calls: u64,
     /// The largest page served (GitHub's is 100).
     page_cap: usize,
+    /// (old name, new name): GitHub answers a renamed repository's URLs with a 301 to the new.
+    pub renamed: Vec<(String, String)>,
 }
 
 pub(crate) fn data_dir() -> std::path::PathBuf {
@@ -98,6 +100,10 @@ async fn handle(State(mock): State<Arc<Mutex<Mock>>>, req: Request) -> Response 
         return reply(&mut m, 404, r#"{"message":"Not Found"}"#.into(), vec![]);
     }
     let name = format!("{}/{}", parts[1], parts[2]);
+    if let Some((_, new)) = m.renamed.iter().find(|(old, _)| *old == name).cloned() {
+        let to = format!("{}/repos/{new}{}", m.base, &full["/repos/".len() + name.len()..]);
+        return reply(&mut m, 301, r#"{"message":"Moved Permanently"}"#.into(), vec![("location", to)]);
+    }
     let Some(repo) = m.data.get(&name).cloned() else {
         return reply(&mut m, 404, r#"{"message":"Not Found"}"#.into(), vec![]);
     };
@@ -761,4 +767,56 @@ async fn reviews_and_review_comments_through_the_api_are_the_archives() {
         reviews,
         [("highlightjs/highlight.js".to_string(), Some(1)), ("minkphp/webdriver-classic-driver".to_string(), Some(2))]
     );
+}
+
+/// A repository renamed on GitHub: its old URLs answer 301 to the new name; the run follows
+/// them, reads it under its new name, and keeps the name the repos file gives in the lake.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renamed_repository_is_read_under_its_new_name() {
+    let data = excerpt_objects();
+    let (base, mock) = serve_api(data, vec![], 100).await;
+    mock.lock().unwrap().renamed = vec![("abhay/Lumina-old".into(), "Abhay-hack/Lumina".into())];
+    let dir = tempfile::tempdir().unwrap();
+    let repos = dir.path().join("repos.txt");
+    std::fs::write(&repos, "abhay/Lumina-old\n").unwrap();
+    let lake_dir = dir.path().join("lake");
+    let a = lake_dir.to_str().unwrap();
+    let ingest = ["ingest", "--github", "--repos-file", repos.to_str().unwrap(), "--lake", a, "--api-url", &base];
+    let (ok, out) = swelake(&ingest, &[("GITHUB_TOKEN", TOKEN)]);
+    assert!(ok, "{out}");
+    let log = std::mem::take(&mut mock.lock().unwrap().log);
+    assert_eq!(log[0], ("/repos/abhay/Lumina-old".to_string(), 301), "{log:?}");
+    assert_eq!(log.len(), 6, "the 301, then the repository and its four lists: {log:?}");
+    // After the repository's object, the lists are asked under the new name.
+    assert_eq!(log[1], ("/repos/Abhay-hack/Lumina".to_string(), 200), "{log:?}");
+    assert!(log[2..].iter().all(|(p, s)| p.starts_with("/repos/Abhay-hack/Lumina/") && *s == 200), "{log:?}");
+    let lake = Lake::open(a).unwrap();
+    #[derive(Deserialize, Debug, PartialEq)]
+    struct Row {
+        repo_name: String,
+        status: String,
+        current_name: String,
+        issues_last_run: i64,
+    }
+    let rows: Vec<Row> = swelake::query::rows(
+        &lake.session().await.unwrap(),
+        "SELECT repo_name, status, current_name, issues_last_run FROM github_api_repos",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        [Row {
+            repo_name: "abhay/Lumina-old".into(),
+            status: "ok".into(),
+            current_name: "Abhay-hack/Lumina".into(),
+            issues_last_run: 1
+        }]
+    );
+    assert_eq!(
+        crate::common::count(&lake, "SELECT count(*) FROM events WHERE repo_name = 'abhay/Lumina-old'").await,
+        3
+    );
+    let (ok, text) = swelake(&["status", "--lake", a], &[]);
+    assert!(ok && text.contains("abhay/Lumina-old (now Abhay-hack/Lumina)"), "{text}");
 }
