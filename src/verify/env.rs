@@ -27,13 +27,19 @@ use super::VerifyConfig;
 /// uv and the interpreter, found or fetched once per run.
 #[derive(Debug, Clone)]
 pub struct Tools {
-    pub uv: PathBuf,
+    /// uv, fetched the first time a Python environment needs it (a lake of JavaScript
+    /// repositories never asks PyPI for it); `Err`: why it could not be had.
+    uv: std::sync::OnceLock<std::result::Result<PathBuf, String>>,
+    uv_version: String,
     /// The interpreter's own executable (not a shim).
     pub python: PathBuf,
     /// `3.11.7`.
     pub python_version: String,
     /// `sys.base_prefix`: mounted read-only into the sandbox.
     pub python_prefix: PathBuf,
+    /// Why there is no interpreter (`[verify] python` does not run): Python trees are then
+    /// `toolchain_unavailable`, the others still verify.
+    pub python_missing: Option<String>,
     /// `[verify] dir`, else `<cache>/.verify`: locks, environments, scratch trees.
     pub root: PathBuf,
     /// Node and npm, for JavaScript and TypeScript trees, or why there are none.
@@ -41,37 +47,45 @@ pub struct Tools {
 }
 
 impl Tools {
-    /// Finds the interpreter and uv (a pinned uv from PyPI into `cache/.verify/tools` when
-    /// `uv_version` is set, else the one on PATH).
+    /// Finds the interpreter and node; uv comes when first needed (a pinned uv from PyPI into
+    /// `cache/.verify/tools` when `uv_version` is set, else the one on PATH).
     pub fn prepare(cfg: &VerifyConfig, cache: &Path) -> Result<Tools> {
         let root = if cfg.dir.is_empty() { cache.join(".verify") } else { PathBuf::from(&cfg.dir) };
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        let probe = Command::new(&cfg.python)
-            .args([
-                "-c",
-                "import sys, platform; print(sys.executable); print(platform.python_version()); print(sys.base_prefix)",
-            ])
-            .stdin(Stdio::null())
-            .output()
-            .with_context(|| format!("toolchain_unavailable: the interpreter `{}` does not run", cfg.python))?;
-        let text = String::from_utf8_lossy(&probe.stdout).to_string();
-        let lines: Vec<&str> = text.lines().collect();
-        if !probe.status.success() || lines.len() < 3 {
-            bail!(
-                "toolchain_unavailable: `{}` did not say what it is: {}",
-                cfg.python,
-                String::from_utf8_lossy(&probe.stderr)
-            );
-        }
-        let uv = fetch_uv(&cfg.uv_version, &root, &cfg.python)?;
+        let (python, python_missing) = match probe_python(&cfg.python) {
+            Ok(p) => (p, None),
+            Err(why) => (["", "", ""].map(String::from), Some(why)),
+        };
+        let [exe, version, prefix] = python;
         Ok(Tools {
-            uv,
-            python: PathBuf::from(lines[0]),
-            python_version: lines[1].to_string(),
-            python_prefix: PathBuf::from(lines[2]),
+            uv: std::sync::OnceLock::new(),
+            uv_version: cfg.uv_version.clone(),
+            python: PathBuf::from(exe),
+            python_version: version,
+            python_prefix: PathBuf::from(prefix),
+            python_missing,
             root,
             node: super::node::NodeTools::probe(),
         })
+    }
+
+    /// uv, fetched on the first call; `Err`: why there is none.
+    pub fn uv_path(&self) -> std::result::Result<PathBuf, String> {
+        self.uv
+            .get_or_init(|| {
+                let python = self.python.to_string_lossy();
+                fetch_uv(&self.uv_version, &self.root, &python).map_err(|e| format!("{e:#}"))
+            })
+            .clone()
+    }
+
+    /// The interpreter's prefix to mount read-only into a sandbox (none without one).
+    pub fn python_mounts(&self) -> Vec<PathBuf> {
+        if self.python_missing.is_some() {
+            Vec::new()
+        } else {
+            vec![self.python_prefix.clone()]
+        }
     }
 
     /// `major.minor` of the interpreter.
@@ -80,8 +94,9 @@ impl Tools {
     }
 
     /// uv with only what it needs: no credentials of the lake or of the user reach it.
-    fn uv(&self) -> Command {
-        let mut c = Command::new(&self.uv);
+    fn uv(&self) -> Result<Command> {
+        let uv = self.uv_path().map_err(anyhow::Error::msg)?;
+        let mut c = Command::new(uv);
         c.env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &self.root)
@@ -94,8 +109,29 @@ impl Tools {
                 c.env(k, v);
             }
         }
-        c
+        Ok(c)
     }
+}
+
+/// The interpreter's executable, version and base prefix, or why it does not say.
+fn probe_python(python: &str) -> std::result::Result<[String; 3], String> {
+    let probe = Command::new(python)
+        .args([
+            "-c",
+            "import sys, platform; print(sys.executable); print(platform.python_version()); print(sys.base_prefix)",
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("the interpreter `{python}` does not run ([verify] python): {e}"))?;
+    let text = String::from_utf8_lossy(&probe.stdout).to_string();
+    let lines: Vec<&str> = text.lines().collect();
+    if !probe.status.success() || lines.len() < 3 {
+        return Err(format!(
+            "`{python}` did not say what it is ([verify] python): {}",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        ));
+    }
+    Ok([lines[0].to_string(), lines[1].to_string(), lines[2].to_string()])
 }
 
 /// uv: the pinned release from PyPI, installed once into the cache with pip (as the ONNX
@@ -342,7 +378,7 @@ fn resolve(tools: &Tools, requirements: &[String], as_of: &str, per_package: &[S
     let input = dir.join(format!("{key}.in"));
     std::fs::write(&input, requirements.join("\n") + "\n")?;
     let staging = dir.join(format!("{key}.{}.tmp", std::process::id()));
-    let mut cmd = tools.uv();
+    let mut cmd = tools.uv()?;
     cmd.args(["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--exclude-newer", as_of, "--python"])
         .arg(&tools.python)
         .arg("-o")
@@ -383,14 +419,14 @@ fn install(tools: &Tools, lock: &[String], sandbox: &super::sandbox::Sandbox) ->
     {
         let _ = std::fs::remove_dir_all(&venv);
         std::fs::create_dir_all(venv.parent().expect("under envs"))?;
-        let out = tools.uv().args(["venv", "--quiet", "--python"]).arg(&tools.python).arg(&venv).output()?;
+        let out = tools.uv()?.args(["venv", "--quiet", "--python"]).arg(&tools.python).arg(&venv).output()?;
         if !out.status.success() {
             bail!("creating the venv: {}", last_error(&String::from_utf8_lossy(&out.stderr)));
         }
         let lock_file = venv.join("requirements.lock");
         std::fs::write(&lock_file, lock.join("\n") + "\n")?;
         let out = tools
-            .uv()
+            .uv()?
             .args(["pip", "install", "--quiet", "--no-deps", "--python"])
             .arg(venv.join("bin").join("python"))
             .arg("-r")

@@ -244,8 +244,7 @@ impl Grade {
         std::fs::write(side.join("model.patch"), &self.patch)?;
         // The model's patch is applied inside the sandbox (git apply, else patch with fuzz, as
         // SWE-bench's harness tries), then the PR's test files are put as they were after it.
-        let mounts =
-            sandbox::Mounts { read_only: vec![self.tools.python_prefix.clone()], writable: vec![side.clone()] };
+        let mounts = sandbox::Mounts { read_only: self.tools.python_mounts(), writable: vec![side.clone()] };
         let envs = vec![("PATH".to_string(), "/usr/bin:/bin".to_string()), ("HOME".to_string(), "/tmp".to_string())];
         let patch_file = side.join("model.patch").to_string_lossy().to_string();
         let attempts: [Vec<String>; 2] = [

@@ -454,6 +454,13 @@ pub(crate) fn prepare_env(
     match language {
         "python" => {
             let spec = spec::read_spec(&read);
+            if let Some(why) = &tools.python_missing {
+                return Err(stop("toolchain_unavailable", why.clone(), &spec.version));
+            }
+            if let Err(why) = tools.uv_path() {
+                let why = why.trim_start_matches("toolchain_unavailable: ").to_string();
+                return Err(stop("toolchain_unavailable", why, &spec.version));
+            }
             if let Some(rp) = &spec.requires_python {
                 if !spec::python_meets(&tools.python_version, rp) {
                     let why = format!("requires-python {rp} is not met by python {}", tools.python_version);

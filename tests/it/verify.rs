@@ -557,6 +557,10 @@ async fn javascript_prs_verify_with_their_runner_and_lockfile() {
         return;
     }
     let fx = Fixture::new("acme/calc-js", make_js_repo, false);
+    // A machine without Python verifies JavaScript all the same (uv is never fetched).
+    let mut config = std::fs::read_to_string(&fx.config).unwrap();
+    config.push_str("python = \"/nonexistent/python3\"\n");
+    std::fs::write(&fx.config, config).unwrap();
     let dir = &fx.dir;
     let (lake_s, cache_s, config_s, url) = (fx.lake.as_str(), fx.cache.as_str(), fx.config.as_str(), fx.url.clone());
     let common = fx.common();
