@@ -167,12 +167,12 @@ async fn hours_lake(dir: &Path) -> String {
     let registry = swelake::jobs::Registry::load(None, None).unwrap();
     swelake::jobs::run(&lake, &registry, &["pull_requests".to_string()], &Default::default()).await.unwrap();
     // And what GitHub's REST API gave for the five repositories of tests/data/github.
-    let data = crate::github_api::excerpt_objects();
+    let data = crate::github_mock::excerpt_objects();
     let names: Vec<String> = data.as_object().unwrap().keys().cloned().collect();
-    let (base, _mock) = crate::github_api::serve_api(data, vec![], 100).await;
+    let (base, _mock) = crate::github_mock::serve_api(data, vec![], 100).await;
     let repos = dir.join("api-repos.txt");
     std::fs::write(&repos, names.join("\n")).unwrap();
-    let (ok, out) = crate::github_api::swelake(
+    let (ok, out) = crate::github_mock::swelake(
         &[
             "ingest",
             "--github",
@@ -183,7 +183,7 @@ async fn hours_lake(dir: &Path) -> String {
             "--api-url",
             &base,
         ],
-        &[("GITHUB_TOKEN", crate::github_api::TOKEN)],
+        &[("GITHUB_TOKEN", crate::github_mock::TOKEN)],
     );
     assert!(ok, "{out}");
     path.display().to_string()

@@ -10,6 +10,7 @@ mod distributed;
 mod docs;
 mod git_prs;
 mod github_api;
+mod github_mock;
 mod history;
 mod ingest;
 mod lake;
