@@ -175,7 +175,9 @@ pub async fn run(lake: &Lake, opts: &SnapshotOptions) -> Result<SnapshotSummary>
         None => prs,
     };
     summary.prs_in_scope = prs.len();
-    let ok: Vec<PrRef> = if lake.has_table(PR_SNAPSHOTS).await? {
+    // What the session registered, not what the lake holds now: a shard worker beside this
+    // one may create the table after the session was opened.
+    let ok: Vec<PrRef> = if ctx.table_exist(PR_SNAPSHOTS)? {
         crate::query::rows(
             &ctx,
             &format!(
