@@ -360,6 +360,13 @@ async fn the_console_in_headless_chromium_psql_on_the_wire_and_a_piped_shell() {
     assert_eq!(seen["sources"]["missing"]["verdict"], "missing");
     assert_eq!(seen["sources"]["missing"]["color"], "rgb(215, 58, 49)");
     assert_eq!(seen["sources"]["complete"]["color"], "rgb(45, 164, 78)");
+    // A lake the API never read says so instead of drawing an empty table.
+    assert_eq!(seen["sources_without_api"]["rows"], 0, "{}", seen["sources_without_api"]);
+    assert!(
+        seen["sources_without_api"]["none"].as_str().unwrap().contains("No repository was read through GitHub's API"),
+        "{}",
+        seen["sources_without_api"]
+    );
     // Below the hours, what the API read per repository (its last run's counts).
     let api: Vec<Vec<String>> = serde_json::from_value(seen["sources"]["github"].clone()).unwrap();
     assert_eq!(api.len(), 5, "{api:?}");

@@ -37,6 +37,14 @@ with sync_playwright() as p:
     }
     shot("status")
 
+    # Sources of a lake no repository was read into through GitHub's API: its section says so.
+    page.goto(demo + "/sources")
+    page.wait_for_selector("#github-none")
+    seen["sources_without_api"] = {
+        "none": page.inner_text("#github-none"),
+        "rows": page.eval_on_selector_all("#github-repos tbody tr", "rs => rs.length"),
+    }
+
     # Sources: the heatmap of the crafted hours.
     page.goto(hours + "/sources")
     page.wait_for_selector("#heatmap .cell")
