@@ -69,6 +69,7 @@ pub async fn run(lake: &Lake, opts: &ExportOptions) -> Result<ExportSummary> {
     if !lake.has_table(RL_SEED).await? {
         bail!("no `rl_seed` table in {} yet: run the seed job first (swelake run --all)", lake.location());
     }
+    crate::lake::runs::refuse_stale_seed(lake).await?;
     let target = Lake::open_with(&opts.out, &opts.storage_options)
         .with_context(|| format!("opening the export destination {}", opts.out))?;
     let mut summary = ExportSummary { out: target.location(), ..Default::default() };

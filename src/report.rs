@@ -229,6 +229,7 @@ pub async fn run(lake: &Lake, opts: &ReportOptions) -> Result<ReportSummary> {
             anyhow::bail!("no `{t}` table: run the jobs through seed first (swelake run --all ...)");
         }
     }
+    crate::lake::runs::refuse_stale_seed(lake).await?;
     let ctx = lake
         .session_with(&[
             "seed_rejections",

@@ -68,7 +68,9 @@ impl Limits {
         let top = NonZeroUsize::new(3).expect("3 is not zero");
         let pool: Arc<dyn MemoryPool> = Arc::new(TrackConsumersPool::new(GreedyMemoryPool::new(self.memory), top));
         let state = state_with_pool(state, pool.clone())?;
-        let run = async {
+        let held_pool = pool.clone();
+        let run = async move {
+            let pool = held_pool;
             let df = DataFrame::new(state, plan);
             let schema: SchemaRef = Arc::new(df.schema().as_arrow().clone());
             let mut stream = df.execute_stream().await?;
@@ -91,10 +93,17 @@ impl Limits {
             }
             Ok::<_, datafusion::error::DataFusionError>(Limited { batches, schema, truncated })
         };
-        // Dropping the stream at the deadline cancels the query's tasks.
-        match tokio::time::timeout_at(deadline, run).await {
-            Ok(r) => r.map_err(|e| QueryError::from_datafusion(&e)),
-            Err(_) => Err(QueryError::Timeout { limit: time, waiting: false, client }),
+        // The query runs on a task of its own: work that does not yield (a scalar folded
+        // while the plan is optimized) cannot hold the answer past the deadline, and aborting
+        // the task drops the stream, which cancels the query's other tasks.
+        let mut task = tokio::spawn(run);
+        match tokio::time::timeout_at(deadline, &mut task).await {
+            Ok(Ok(r)) => r.map_err(|e| QueryError::from_datafusion(&e)),
+            Ok(Err(e)) => Err(QueryError::Failed(format!("the query stopped: {e}"))),
+            Err(_) => {
+                task.abort();
+                Err(QueryError::Timeout { limit: time, waiting: false, client })
+            }
         }
     }
 }

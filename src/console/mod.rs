@@ -114,17 +114,28 @@ impl Shared {
 
     /// [`Shared::session`] with the table versions it reads.
     pub async fn snapshot(&self) -> Result<Snapshot> {
-        Self::cached(&self.session, &self.lake, false).await
+        Self::cached(&self.session, &self.lake, false, self.value_limit()).await
     }
 
     /// [`Shared::session`] with PostgreSQL's catalogue and functions beside the lake's tables,
     /// for the clients of the wire protocol (the console's SQL is `swelake sql`'s). Shared by
     /// the connections as a catalogue: each connection builds its own session state on it.
     pub async fn pg_session(&self) -> Result<Arc<SessionContext>> {
-        Ok(Self::cached(&self.pg_session, &self.lake, true).await?.ctx)
+        Ok(Self::cached(&self.pg_session, &self.lake, true, self.value_limit()).await?.ctx)
     }
 
-    async fn cached(slot: &Mutex<Option<(Instant, Snapshot)>>, lake: &Lake, pg: bool) -> Result<Snapshot> {
+    /// The bytes one call of a value-building function may build: a quarter of a query's
+    /// memory, so a value and the copies a query makes of it stay within it.
+    fn value_limit(&self) -> usize {
+        (self.opts.memory_limit / 4).max(1 << 20)
+    }
+
+    async fn cached(
+        slot: &Mutex<Option<(Instant, Snapshot)>>,
+        lake: &Lake,
+        pg: bool,
+        limit: usize,
+    ) -> Result<Snapshot> {
         let mut slot = slot.lock().await;
         if let Some((at, snap)) = slot.as_ref() {
             if at.elapsed() < SESSION_TTL {
@@ -136,6 +147,7 @@ impl Shared {
         if pg {
             pg::add_pg_catalog(&ctx)?;
         }
+        crate::sql::bounded::register(&ctx, limit);
         let snap = Snapshot { ctx: Arc::new(ctx), versions: Arc::new(versions) };
         *slot = Some((Instant::now(), snap.clone()));
         Ok(snap)

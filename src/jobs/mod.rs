@@ -154,7 +154,11 @@ pub struct RunReport {
 /// [`run`], keeping the summaries of the jobs done before a failure: what a scheduler reports.
 /// Only an invalid request (an unknown job) is an `Err`.
 pub async fn run_report(lake: &Lake, registry: &Registry, wanted: &[String], opts: &RunOptions) -> Result<RunReport> {
-    let order = registry.order(wanted)?;
+    let mut order = registry.order(wanted)?;
+    if !opts.all {
+        let followers = registry.followers(&order);
+        order.extend(followers);
+    }
     let mut out: Vec<JobSummary> = Vec::new();
     let explicitly: BTreeSet<&String> = if opts.all { BTreeSet::new() } else { wanted.iter().collect() };
     for (i, name) in order.iter().enumerate() {

@@ -343,6 +343,35 @@ impl Registry {
         Ok(out)
     }
 
+    /// The jobs a run of `ran` leaves due and runs after them in the same invocation: the Rust
+    /// stages over their inputs as a whole (the seed dataset) that depend on a job of `ran`,
+    /// and those that depend on them. `swelake run verify` is followed by `seed`, so the shards
+    /// and the exports carry the verdicts it wrote.
+    pub fn followers(&self, ran: &[String]) -> Vec<String> {
+        let mut done: BTreeSet<String> = ran.iter().cloned().collect();
+        let mut out = Vec::new();
+        loop {
+            let next: Vec<String> = self
+                .jobs
+                .values()
+                .filter(|j| {
+                    matches!(j.step, Step::Stage(_))
+                        && j.partitioning == Partitioning::Whole
+                        && !done.contains(&j.name)
+                        && j.depends_on.iter().any(|d| done.contains(d))
+                })
+                .map(|j| j.name.clone())
+                .collect();
+            if next.is_empty() {
+                return out;
+            }
+            for n in next {
+                done.insert(n.clone());
+                out.push(n);
+            }
+        }
+    }
+
     /// The job that writes `table`, if any.
     pub fn writer_of(&self, table: &str) -> Option<&JobSpec> {
         self.jobs.values().find(|j| j.outputs.iter().any(|o| o == table))

@@ -152,6 +152,36 @@ pub async fn record_all(lake: &Lake, records: &[RunRecord]) -> Result<()> {
 }
 
 /// For each partition of `job` whose latest attempt succeeded, that attempt.
+/// The newest successful run of `writer` that did work (`rows_in > 0`) after the newest
+/// successful run of `reader` began: what `reader`'s output does not yet carry. `None` when
+/// `reader` never ran or nothing of `writer` came after it.
+pub async fn ran_after(lake: &Lake, writer: &str, reader: &str) -> Result<Option<RunRecord>> {
+    let Some(read_at) = latest_ok(lake, reader).await?.values().map(|r| r.started_at).max() else {
+        return Ok(None);
+    };
+    Ok(history(lake, Some(writer))
+        .await?
+        .into_iter()
+        .filter(|r| r.status == "ok" && r.rows_in > 0 && r.finished_at > read_at)
+        .max_by_key(|r| r.finished_at))
+}
+
+/// An error naming the command to run when verdicts were written after `rl_seed` was built:
+/// an export or a card of it would silently leave them out (`--verified-only` would say 0).
+pub async fn refuse_stale_seed(lake: &Lake) -> Result<()> {
+    if let Some(r) = ran_after(lake, "verify", "seed").await? {
+        let at = chrono::DateTime::from_timestamp_micros(r.finished_at).map(|t| t.to_rfc3339()).unwrap_or_default();
+        anyhow::bail!(
+            "rl_seed is older than the verdicts: verify judged {} PR(s) of {} at {at}, after the seed was built. \
+             Run `swelake run seed --lake {}` first (a `swelake run verify` runs it itself)",
+            r.rows_in,
+            r.partition_key,
+            lake.location()
+        );
+    }
+    Ok(())
+}
+
 pub async fn latest_ok(lake: &Lake, job: &str) -> Result<HashMap<String, RunRecord>> {
     let mut latest: HashMap<String, RunRecord> = HashMap::new();
     for rec in history(lake, Some(job)).await? {

@@ -471,7 +471,11 @@ pub async fn run(lake: &Lake, opts: &GitPrOptions) -> Result<GitPrSummary> {
             let ctx = lake.session().await?;
             crate::query::rows(&ctx, "SELECT DISTINCT repo_name FROM pr_timeline ORDER BY repo_name").await?
         }
-        None => anyhow::bail!("no repositories to read: give --repos-file, or ingest events first"),
+        // A lake with no PR yet and no repos file: nothing to read is an answer, not an error.
+        None => {
+            tracing::info!("no repositories to read: no --repos-file, and no PR events in the lake yet");
+            return Ok(summary);
+        }
     };
     let repos: Vec<String> = repos.into_iter().filter(|r| opts.scope.shard.is_none_or(|s| s.owns(r))).collect();
     summary.repos = repos.len();

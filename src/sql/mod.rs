@@ -9,6 +9,7 @@ use arrow::array::RecordBatch;
 
 use crate::lake::Lake;
 
+pub mod bounded;
 pub mod guard;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

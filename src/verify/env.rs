@@ -6,7 +6,11 @@
 //! The project itself is not installed: its tree goes on `PYTHONPATH` (`src/` when it has a
 //! package there), so building the environment runs none of its code (no `setup.py`), and one
 //! environment serves every PR with the same dependencies. Only registry packages are
-//! installed, outside the sandbox, by uv.
+//! installed, by uv — in the sandbox ([`Sandbox::run_with`], as its build uid): resolving and
+//! installing may build a release's sdist, and that runs the package's own `setup.py`. Such a
+//! build reaches the network (the registry) but sees no home, no host environment variable,
+//! nothing of the host's files but the system directories, and writes only uv's cache, the
+//! environment being built and a scratch directory.
 //!
 //! When the test tooling of the PR's day does not start on this interpreter (pytest of 2021
 //! with `py` on Python 3.11), the tooling alone (pytest, its plugins and helpers) floats to
@@ -16,11 +20,12 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
+use super::sandbox::{read_output, write_output, Mounts, RunOptions, Sandbox};
 use super::spec::{is_tooling, normalize, requirement_name, Spec};
 use super::VerifyConfig;
 
@@ -93,25 +98,70 @@ impl Tools {
         self.python_version.splitn(3, '.').take(2).collect::<Vec<_>>().join(".")
     }
 
-    /// uv with only what it needs: no credentials of the lake or of the user reach it.
-    fn uv(&self) -> Result<Command> {
+    /// Runs uv with `args` in the sandbox as its build uid, with the network: the interpreter
+    /// and uv read-only, `writable` and uv's cache writable, `HOME` a scratch directory of its
+    /// own, no credentials of the lake or of the user (only the registry's address, a
+    /// certificate file and a proxy, when set). Answers uv's output (both streams) when it
+    /// succeeds, else an error holding it.
+    fn uv(&self, sandbox: &Sandbox, args: &[String], writable: &[PathBuf]) -> Result<String> {
         let uv = self.uv_path().map_err(anyhow::Error::msg)?;
-        let mut c = Command::new(uv);
-        c.env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &self.root)
-            .env("UV_CACHE_DIR", self.root.join("uv-cache"))
-            .env("UV_PYTHON_DOWNLOADS", "never")
-            .env("UV_NO_CONFIG", "1")
-            .stdin(Stdio::null());
-        for k in ["UV_INDEX_URL", "UV_DEFAULT_INDEX", "PIP_INDEX_URL", "SSL_CERT_FILE", "HTTPS_PROXY", "https_proxy"] {
-            if let Some(v) = std::env::var_os(k) {
-                c.env(k, v);
+        let tmp = self.root.join("tmp");
+        std::fs::create_dir_all(&tmp)?;
+        let scratch = tempfile::Builder::new().prefix("uv-").tempdir_in(&tmp)?;
+        let home = scratch.path().join("home");
+        std::fs::create_dir_all(&home)?;
+        let cache = self.root.join("uv-cache");
+        let mut env: Vec<(String, String)> = vec![
+            ("PATH".into(), "/usr/bin:/bin".into()),
+            ("HOME".into(), home.to_string_lossy().into()),
+            ("UV_CACHE_DIR".into(), cache.to_string_lossy().into()),
+            ("UV_PYTHON_DOWNLOADS".into(), "never".into()),
+            ("UV_NO_CONFIG".into(), "1".into()),
+            ("UV_NO_PROGRESS".into(), "1".into()),
+            // The cache and the environment are two mounts in the sandbox, and a hard link
+            // cannot cross mounts: uv copies (it would fall back to that with a warning).
+            ("UV_LINK_MODE".into(), "copy".into()),
+            ("LANG".into(), "C.UTF-8".into()),
+        ];
+        let mut read_only = vec![uv.clone()];
+        read_only.extend(self.python_mounts());
+        for k in [
+            "UV_INDEX_URL",
+            "UV_DEFAULT_INDEX",
+            "PIP_INDEX_URL",
+            "SSL_CERT_FILE",
+            "SSL_CERT_DIR",
+            "HTTPS_PROXY",
+            "https_proxy",
+        ] {
+            if let Ok(v) = std::env::var(k) {
+                if k.starts_with("SSL_CERT") && Path::new(&v).exists() && !v.starts_with("/etc/ssl/certs") {
+                    read_only.push(PathBuf::from(&v));
+                }
+                env.push((k.into(), v));
             }
         }
-        Ok(c)
+        let mut w = vec![scratch.path().to_path_buf()];
+        w.extend(writable.iter().cloned());
+        let mounts = Mounts { read_only, writable: w, kept: vec![cache] };
+        let log = scratch.path().join("uv.log");
+        let argv: Vec<String> = std::iter::once(uv.to_string_lossy().to_string()).chain(args.iter().cloned()).collect();
+        let opts = RunOptions { network: true, build: true };
+        let exit =
+            sandbox.run_with(&argv, scratch.path(), &env, &mounts, &log, Duration::from_secs(UV_TIMEOUT), opts)?;
+        let text = read_output(&log, scratch.path(), 16 << 20).unwrap_or_default();
+        if exit.timed_out {
+            bail!("uv {} passed {UV_TIMEOUT} s", args.first().map(String::as_str).unwrap_or(""));
+        }
+        if exit.code != Some(0) {
+            bail!("{text}");
+        }
+        Ok(text)
     }
 }
+
+/// How long one call of uv (a resolution, an install with its builds) may take.
+const UV_TIMEOUT: u64 = 1800;
 
 /// The interpreter's executable, version and base prefix, or why it does not say.
 fn probe_python(python: &str) -> std::result::Result<[String; 3], String> {
@@ -150,7 +200,9 @@ fn fetch_uv(version: &str, root: &Path, python: &str) -> Result<PathBuf> {
     let _ = std::fs::remove_dir_all(&staging);
     eprintln!("fetching uv {version} from PyPI into {}", dir.display());
     let out = Command::new(python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--target"])
+        // A wheel only: installing it runs no code of the package on the host.
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--only-binary", ":all:"])
+        .arg("--target")
         .arg(&staging)
         .arg(format!("uv=={version}"))
         .stdin(Stdio::null())
@@ -263,7 +315,7 @@ pub fn prepare(
     spec: &Spec,
     as_of: &str,
     tools: &Tools,
-    sandbox: &super::sandbox::Sandbox,
+    sandbox: &Sandbox,
     relax_tooling: bool,
 ) -> std::result::Result<Env, Box<EnvRow>> {
     let started = Instant::now();
@@ -280,7 +332,7 @@ pub fn prepare(
     // Each failure may float one more thing; a few rounds settle every case seen.
     for _ in 0..10 {
         let per_package: Vec<String> = floated.iter().map(|n| format!("{n}={floor}")).collect();
-        let attempt = resolve(tools, &row.requirements, as_of, &per_package)
+        let attempt = resolve(tools, sandbox, &row.requirements, as_of, &per_package)
             .map(|lock| (install(tools, &lock, sandbox).map_err(|e| (e, lock.clone())), lock));
         let err = match attempt {
             Ok((Ok((key, venv, fresh)), lock)) => {
@@ -312,7 +364,7 @@ pub fn prepare(
             }
             // The tooling's closure as of the floor: resolved alone, then floated together.
             let builders: Vec<String> = BUILD_BACKENDS.iter().map(|n| format!("{n}={floor}")).collect();
-            match resolve(tools, &tooling, floor, &builders) {
+            match resolve(tools, sandbox, &tooling, floor, &builders) {
                 Ok(closure) => floated.extend(closure.iter().map(|p| requirement_name(p))),
                 Err(e) => errors.push(format!("the test tooling alone as of {floor}: {e:#}")),
             }
@@ -361,7 +413,13 @@ fn failed_build(text: &str) -> Option<String> {
 
 /// `name==version` lines resolved by uv for `requirements` as of `as_of`, cached on disk by
 /// the question (a rerun asks the registry nothing).
-fn resolve(tools: &Tools, requirements: &[String], as_of: &str, per_package: &[String]) -> Result<Vec<String>> {
+fn resolve(
+    tools: &Tools,
+    sandbox: &Sandbox,
+    requirements: &[String],
+    as_of: &str,
+    per_package: &[String],
+) -> Result<Vec<String>> {
     let question = format!(
         "python {}\nas of {as_of}\n{}\n--\n{}",
         tools.python_version,
@@ -375,25 +433,31 @@ fn resolve(tools: &Tools, requirements: &[String], as_of: &str, per_package: &[S
     if let Ok(text) = std::fs::read_to_string(&lock_path) {
         return Ok(lock_lines(&text));
     }
-    let input = dir.join(format!("{key}.in"));
+    // uv reads the question and writes the lock in a directory of its own; the lock is
+    // read back as the sandbox's output (never through a link a build left).
+    let tmp = tools.root.join("tmp");
+    std::fs::create_dir_all(&tmp)?;
+    let work = tempfile::Builder::new().prefix("lock-").tempdir_in(&tmp)?;
+    let input = work.path().join("requirements.in");
+    let staging = work.path().join("requirements.txt");
     std::fs::write(&input, requirements.join("\n") + "\n")?;
-    let staging = dir.join(format!("{key}.{}.tmp", std::process::id()));
-    let mut cmd = tools.uv()?;
-    cmd.args(["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--exclude-newer", as_of, "--python"])
-        .arg(&tools.python)
-        .arg("-o")
-        .arg(&staging)
-        .arg(&input);
+    let s = |p: &Path| p.to_string_lossy().to_string();
+    let mut args: Vec<String> = ["pip", "compile", "--quiet", "--no-header", "--no-annotate", "--exclude-newer", as_of]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    args.extend(["--python".into(), s(&tools.python), "-o".into(), s(&staging), s(&input)]);
     for p in per_package {
-        cmd.args(["--exclude-newer-package", p]);
+        args.extend(["--exclude-newer-package".into(), p.clone()]);
     }
-    let out = cmd.output().context("running uv pip compile")?;
-    if !out.status.success() {
-        let _ = std::fs::remove_file(&staging);
-        bail!("resolving as of {as_of}: {}", uv_error(&String::from_utf8_lossy(&out.stderr)));
+    if let Err(e) = tools.uv(sandbox, &args, &[work.path().to_path_buf()]) {
+        bail!("resolving as of {as_of}: {}", uv_error(&format!("{e:#}")));
     }
-    std::fs::rename(&staging, &lock_path)?;
-    Ok(lock_lines(&std::fs::read_to_string(&lock_path)?))
+    let text = read_output(&staging, work.path(), 16 << 20).context("uv wrote no lock")?;
+    let part = dir.join(format!("{key}.{}.tmp", std::process::id()));
+    std::fs::write(&part, &text)?;
+    std::fs::rename(&part, &lock_path)?;
+    Ok(lock_lines(&text))
 }
 
 fn lock_lines(text: &str) -> Vec<String> {
@@ -409,7 +473,7 @@ fn lock_lines(text: &str) -> Vec<String> {
 
 /// Installs `lock` into the environment named by its hash (or finds it ready), and checks
 /// that the test runner starts in the sandbox. Answers (key, venv, built now).
-fn install(tools: &Tools, lock: &[String], sandbox: &super::sandbox::Sandbox) -> Result<(String, PathBuf, bool)> {
+fn install(tools: &Tools, lock: &[String], sandbox: &Sandbox) -> Result<(String, PathBuf, bool)> {
     let key = key_of(&format!("python {}\n{}", tools.python_version, lock.join("\n")));
     let venv = tools.root.join("envs").join(&key);
     let ready = venv.join(".swelake-ready");
@@ -417,24 +481,38 @@ fn install(tools: &Tools, lock: &[String], sandbox: &super::sandbox::Sandbox) ->
         return Ok((key, venv, false));
     }
     {
+        // The environment is made at its own path (a venv names it inside), empty, and only it
+        // is writable to the build.
         let _ = std::fs::remove_dir_all(&venv);
-        std::fs::create_dir_all(venv.parent().expect("under envs"))?;
-        let out = tools.uv()?.args(["venv", "--quiet", "--python"]).arg(&tools.python).arg(&venv).output()?;
-        if !out.status.success() {
-            bail!("creating the venv: {}", last_error(&String::from_utf8_lossy(&out.stderr)));
+        std::fs::create_dir_all(&venv)?;
+        let s = |p: &Path| p.to_string_lossy().to_string();
+        let args: Vec<String> = vec![
+            "venv".into(),
+            "--quiet".into(),
+            "--allow-existing".into(),
+            "--python".into(),
+            s(&tools.python),
+            s(&venv),
+        ];
+        if let Err(e) = tools.uv(sandbox, &args, std::slice::from_ref(&venv)) {
+            let _ = std::fs::remove_dir_all(&venv);
+            bail!("creating the venv: {}", last_error(&format!("{e:#}")));
         }
         let lock_file = venv.join("requirements.lock");
-        std::fs::write(&lock_file, lock.join("\n") + "\n")?;
-        let out = tools
-            .uv()?
-            .args(["pip", "install", "--quiet", "--no-deps", "--python"])
-            .arg(venv.join("bin").join("python"))
-            .arg("-r")
-            .arg(&lock_file)
-            .output()?;
-        if !out.status.success() {
+        write_output(&lock_file, &venv, (lock.join("\n") + "\n").as_bytes())?;
+        let args: Vec<String> = vec![
+            "pip".into(),
+            "install".into(),
+            "--quiet".into(),
+            "--no-deps".into(),
+            "--python".into(),
+            s(&venv.join("bin").join("python")),
+            "-r".into(),
+            s(&lock_file),
+        ];
+        if let Err(e) = tools.uv(sandbox, &args, std::slice::from_ref(&venv)) {
             let _ = std::fs::remove_dir_all(&venv);
-            bail!("installing: {}", uv_error(&String::from_utf8_lossy(&out.stderr)));
+            bail!("installing: {}", uv_error(&format!("{e:#}")));
         }
     }
     // The runner must start here, in the sandbox, before any PR is judged by it.
@@ -443,6 +521,7 @@ fn install(tools: &Tools, lock: &[String], sandbox: &super::sandbox::Sandbox) ->
     let mounts = super::sandbox::Mounts {
         read_only: vec![tools.python_prefix.clone(), venv.clone()],
         writable: vec![scratch.path().to_path_buf()],
+        ..Default::default()
     };
     let argv =
         vec![venv.join("bin/python").to_string_lossy().to_string(), "-m".into(), "pytest".into(), "--version".into()];
@@ -456,7 +535,8 @@ fn install(tools: &Tools, lock: &[String], sandbox: &super::sandbox::Sandbox) ->
             last_error(&super::sandbox::tail(&log, 5))
         );
     }
-    std::fs::write(&ready, lock.join("\n") + "\n")?;
+    // The environment was written by package builds: the marker must not follow a link.
+    write_output(&ready, &venv, (lock.join("\n") + "\n").as_bytes())?;
     Ok((key, venv, true))
 }
 

@@ -144,7 +144,9 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
             continue;
         }
         if tools.is_none() {
-            let sb = sandbox::Sandbox::new(&opts.cfg.sandbox, opts.cfg.memory_mb, opts.cfg.max_processes)?;
+            let sb = sandbox::Sandbox::new(&opts.cfg.sandbox, opts.cfg.memory_mb, opts.cfg.max_processes)?
+                .with_run_memory(opts.cfg.run_memory_mb);
+            eprintln!("evaluate: sandbox: {}", sb.bounds());
             tools = Some((env::Tools::prepare(&opts.cfg, &opts.mirrors.cache_dir)?, sb));
         }
         let (t, sb) = tools.as_ref().expect("prepared above");
@@ -244,7 +246,11 @@ impl Grade {
         std::fs::write(side.join("model.patch"), &self.patch)?;
         // The model's patch is applied inside the sandbox (git apply, else patch with fuzz, as
         // SWE-bench's harness tries), then the PR's test files are put as they were after it.
-        let mounts = sandbox::Mounts { read_only: self.tools.python_mounts(), writable: vec![side.clone()] };
+        let mounts = sandbox::Mounts {
+            read_only: self.tools.python_mounts(),
+            writable: vec![side.clone()],
+            ..Default::default()
+        };
         let envs = vec![("PATH".to_string(), "/usr/bin:/bin".to_string()), ("HOME".to_string(), "/tmp".to_string())];
         let patch_file = side.join("model.patch").to_string_lossy().to_string();
         let attempts: [Vec<String>; 2] = [
@@ -276,7 +282,10 @@ impl Grade {
         let modules = if i.test_files.is_empty() { super::modules_for(language, &plan) } else { i.test_files.clone() };
         let out =
             super::runner::run_tests(&tree, &side, "eval", &modules, &env, &self.tools, &self.sandbox, &self.cfg)?;
-        let _ = std::fs::copy(side.join("out/eval.log"), self.dir.join("test_output.txt"));
+        // The log sits in the run's writable tree: a link the patch left there is not followed.
+        if let Ok(text) = sandbox::read_output(&side.join("out/eval.log"), &side, 64 << 20) {
+            let _ = std::fs::write(self.dir.join("test_output.txt"), text);
+        }
         if !self.cfg.keep_trees {
             let _ = std::fs::remove_dir_all(&side);
         }

@@ -68,6 +68,8 @@ pub struct VerifyConfig {
     pub sandbox: String,
     pub memory_mb: u64,
     pub max_processes: u64,
+    /// Memory of one run, all its processes together (a cgroup's, where one can be made).
+    pub run_memory_mb: u64,
     pub relax_tooling: bool,
     pub whole_suite: bool,
     pub keep_trees: bool,
@@ -259,7 +261,9 @@ pub async fn run(lake: &Lake, scope: &crate::git::Scope, cfg: &VerifyConfig) -> 
     if by_repo.is_empty() {
         return Ok(summary);
     }
-    let sandbox = sandbox::Sandbox::new(&cfg.sandbox, cfg.memory_mb, cfg.max_processes)?;
+    let sandbox =
+        sandbox::Sandbox::new(&cfg.sandbox, cfg.memory_mb, cfg.max_processes)?.with_run_memory(cfg.run_memory_mb);
+    eprintln!("verify: sandbox: {}", sandbox.bounds());
     let tools = env::Tools::prepare(cfg, &scope.mirrors.cache_dir)?;
     let known_envs: BTreeSet<String> = if lake.has_table(ENVIRONMENTS).await? {
         crate::query::rows::<(String,)>(&lake.session().await?, "SELECT env_key FROM environments")

@@ -579,7 +579,7 @@ fn mounts(node: &NodeTools, env_dir: &Path, writable: &Path, reporter: Option<&P
     let mut read_only = vec![env_dir.to_path_buf()];
     read_only.extend(node.prefix.clone());
     read_only.extend(reporter.map(Path::to_path_buf));
-    sandbox::Mounts { read_only, writable: vec![writable.to_path_buf()] }
+    sandbox::Mounts { read_only, writable: vec![writable.to_path_buf()], ..Default::default() }
 }
 
 /// A JavaScript or TypeScript file a runner can be pointed at: not a fixture, mock or snapshot.
@@ -694,7 +694,8 @@ pub fn run_tests(
     if exit.timed_out {
         return Ok(RunOutcome::TimedOut(tail));
     }
-    let tests = match std::fs::read_to_string(&report) {
+    // The report is the run's own file: read without following a link it may have left.
+    let tests = match sandbox::read_output(&report, side_dir, 256 << 20) {
         Ok(text) => match run.runner {
             Runner::Mocha => super::outcomes::parse_mocha(&text, tree)?,
             Runner::Jest | Runner::Vitest => super::outcomes::parse_jest(&text, tree)?,

@@ -177,13 +177,15 @@ pub fn run_tests(
     let mounts = sandbox::Mounts {
         read_only: vec![tools.python_prefix.clone(), env.venv.clone()],
         writable: vec![side_dir.to_path_buf()],
+        ..Default::default()
     };
     let exit = sandbox.run(&argv, tree, &envs, &mounts, &log, Duration::from_secs(cfg.timeout_secs))?;
     let tail = without_durations(&sandbox::tail(&log, 15));
     if exit.timed_out {
         return Ok(RunOutcome::TimedOut(tail));
     }
-    match std::fs::read_to_string(&junit) {
+    // The report is the run's own file: read without following a link it may have left.
+    match sandbox::read_output(&junit, side_dir, 256 << 20) {
         Ok(xml) => Ok(RunOutcome::Report(outcomes::parse_junit(&xml)?, tail)),
         Err(_) => Ok(RunOutcome::NoReport(exit.code, tail)),
     }

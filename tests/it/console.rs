@@ -21,6 +21,20 @@ pub(crate) struct Served {
     pub pg: Option<String>,
 }
 
+impl Served {
+    /// The server's peak resident memory so far (VmHWM), in bytes.
+    pub(crate) fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap();
+        kb << 10
+    }
+}
+
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -539,6 +553,41 @@ async fn every_path_stays_read_only_and_within_its_limits() {
     let (host, port) = pg.rsplit_once(':').unwrap();
     let events: usize = sql_json(&lake, "SELECT count(*) AS n FROM events")[0]["n"].as_u64().unwrap() as usize;
     assert!(events > 5, "the limit must cut something: {events} events");
+
+    // One scalar that would build 2 GB, three at once over HTTP (and PostgreSQL below): each
+    // refused within 5 s, the server's memory under 1 GiB all along, the next query answered.
+    const HUGE: &str = "SELECT length(repeat('x', 2000000000))";
+    let attacks: Vec<_> = (0..3)
+        .map(|_| {
+            let http_addr = s.http.clone();
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                let body = serde_json::json!({ "sql": HUGE }).to_string();
+                let (code, body) = http(&http_addr, "POST", "/api/sql", Some(&body));
+                (code, body, started.elapsed())
+            })
+        })
+        .collect();
+    for a in attacks {
+        let (code, body, took) = a.join().unwrap();
+        assert_ne!(code, 200, "{body}");
+        assert!(body.contains("53200") && body.contains("repeat"), "{body}");
+        assert!(took < std::time::Duration::from_secs(5), "answered after {took:?}");
+    }
+    if let Some(psql) = tool("psql") {
+        let started = std::time::Instant::now();
+        let o = Command::new(&psql)
+            .args(["-X", "-A", "-t", "-v", "VERBOSITY=verbose", "-h", host, "-p", port, "-U", "analyst", "-d", "lake"])
+            .args(["-c", HUGE])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && err.contains("53200"), "{err}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5), "{:?}", started.elapsed());
+    }
+    assert!(s.peak_rss() < 1 << 30, "the server reached {} MiB", s.peak_rss() >> 20);
+    let (code, body) = http(&s.http, "POST", "/api/sql", Some(r#"{"sql": "SELECT 1 AS one"}"#));
+    assert_eq!(code, 200, "{body}");
 
     if let Some(psql) = tool("psql") {
         // Each `-c` is one simple-protocol query on the same connection.

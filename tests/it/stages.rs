@@ -157,3 +157,116 @@ fn every_console_page_has_its_route_and_script() {
         assert!(app.contains(&format!("return {js};")), "route() does not reach {js}");
     }
 }
+
+/// Runs the CLI; answers (success, stdout + stderr).
+fn cli(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_swelake"))
+        .args(args)
+        .env_remove("GITHUB_TOKEN")
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    (out.status.success(), format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr)))
+}
+
+/// Every registered job and stage, each by name and then all together, on lakes that give it
+/// nothing to write: an empty lake (no hour, no repository), a lake of one repository read from
+/// git whose PRs name no issue, and a lake filled only through GitHub's API whose PRs name no
+/// issue. Zero rows written is a commit or nothing, never an error.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_job_runs_on_a_lake_that_gives_it_nothing() {
+    use crate::git_prs::{commit, git, merge, write, ALICE, BOB};
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let hours = d.join("hours");
+    std::fs::create_dir_all(&hours).unwrap();
+    // A repository whose one merged PR names no issue.
+    let work = d.join("work");
+    std::fs::create_dir_all(&work).unwrap();
+    git(&work, &["init", "-q"]);
+    write(&work, "README.md", "# quiet\n");
+    write(&work, "quiet.py", "def f():\n    return 1\n");
+    commit(&work, BOB, 1_700_000_000, "Initial import");
+    git(&work, &["checkout", "-q", "-b", "tidy"]);
+    write(&work, "quiet.py", "def f():\n    return 2\n");
+    commit(&work, ALICE, 1_700_000_100, "Return two");
+    git(&work, &["checkout", "-q", "main"]);
+    merge(&work, "tidy", 1_700_000_200, "Merge pull request #1 from alice/tidy\n\nReturn two");
+    let src = d.join("src/acme/quiet.git");
+    git(d, &["clone", "-q", "--mirror", work.to_str().unwrap(), src.to_str().unwrap()]);
+    let (none, quiet) = (d.join("none.txt"), d.join("quiet.txt"));
+    std::fs::write(&none, "").unwrap();
+    std::fs::write(&quiet, "acme/quiet\n").unwrap();
+    let url = format!("{}/{{repo}}.git", d.join("src").display());
+    let cache = d.join("cache");
+    let config = d.join("curation.toml");
+    std::fs::write(&config, "[relevance]\nranker = \"bm25\"\n").unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+
+    // The API: the five repositories of a real hour, their PRs' texts naming no issue.
+    let mut data = crate::github_mock::excerpt_objects();
+    for repo in data.as_object_mut().unwrap().values_mut() {
+        for pr in repo["pulls"].as_array_mut().unwrap() {
+            pr["body"] = serde_json::Value::Null;
+            let title = pr["title"].as_str().unwrap_or("").replace('#', "");
+            pr["title"] = title.into();
+        }
+    }
+    let names: Vec<String> = data.as_object().unwrap().keys().cloned().collect();
+    let api_repos = d.join("api-repos.txt");
+    std::fs::write(&api_repos, names.join("\n")).unwrap();
+    let (base, _mock) = crate::github_mock::serve_api(data, Vec::new(), 100).await;
+    let api_lake = s(&d.join("api-lake"));
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_swelake"))
+        .args(["ingest", "--github", "--repos-file", &s(&api_repos), "--lake", &api_lake, "--api-url", &base])
+        .env("GITHUB_TOKEN", crate::github_mock::TOKEN)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let registry = Registry::load(None, None).unwrap();
+    let jobs: Vec<String> = registry.jobs.keys().cloned().collect();
+    assert!(jobs.len() >= 10, "{jobs:?}");
+    // An empty repos file is refused, as bad input should be.
+    let (ok, out) = cli(&["run", "--all", "--lake", &s(&d.join("x")), "--repo-url", &url, "--repos-file", &s(&none)]);
+    assert!(!ok && out.contains("names no repository"), "{out}");
+    for (lake, repos, from_git) in [
+        (s(&d.join("empty-lake")), None, false),
+        (s(&d.join("git-lake")), Some(s(&quiet)), true),
+        (api_lake.clone(), None, false),
+    ] {
+        let mut common: Vec<String> = [
+            "--lake",
+            &lake,
+            "--source",
+            &s(&hours),
+            "--repo-url",
+            &url,
+            "--cache-dir",
+            &s(&cache),
+            "--config",
+            &s(&config),
+        ]
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
+        if let Some(r) = &repos {
+            common.extend(["--repos-file".to_string(), r.clone()]);
+        }
+        let common: Vec<&str> = common.iter().map(String::as_str).collect();
+        for job in &jobs {
+            let (ok, out) = cli(&[&["run", job.as_str(), "--verify"][..], &common].concat());
+            assert!(ok, "swelake run {job} on {lake}:\n{out}");
+        }
+        let (ok, out) = cli(&[&["run", "--all", "--verify"][..], &common].concat());
+        assert!(ok, "swelake run --all on {lake}:\n{out}");
+        let lk = Lake::open(&lake).unwrap();
+        if from_git || lake == api_lake {
+            // PRs, and none of them names an issue: the links table exists and is empty.
+            assert!(crate::common::count(&lk, "SELECT count(*) FROM pull_requests").await > 0, "{lake}");
+            assert_eq!(crate::common::count(&lk, "SELECT count(*) FROM pr_issue_links").await, 0, "{lake}");
+        }
+        let (ok, out) = cli(&["status", "--lake", &lake]);
+        assert!(ok, "{out}");
+    }
+}

@@ -254,8 +254,14 @@ async fn prs_verify_in_the_sandbox_and_evaluate_grades_predictions_there() {
     let lake = Lake::open(lake_s).unwrap();
     assert!(!lake.has_table("pr_verification").await.unwrap());
 
-    let out = swelake(&[&["run", "--all", "--verify"][..], &common].concat(), &[]);
+    // As docs/verify.md has users do it: the pipeline first, then the verify stage by name,
+    // which brings the seed (and so the shards and exports) up to its verdicts.
+    let out = swelake(&[&["run", "verify"][..], &common].concat(), &[]);
     assert!(out.contains("status:verified: 2"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("seed ") && l.contains("partition")),
+        "seed did not follow verify: {out}"
+    );
     let ctx = lake.session().await.unwrap();
     let v: Vec<Verdict> = swelake::query::rows(
         &ctx,
@@ -291,7 +297,8 @@ async fn prs_verify_in_the_sandbox_and_evaluate_grades_predictions_there() {
 
     // The scratch tree's git holds the base alone: the fix is not in it.
     let tree = verify_dir().join("work/acme_calc-1/before/tree");
-    let log = git(&tree, &["log", "--all", "--format=%s"]);
+    // The tree is the sandbox's uid's now: git asks to be told it is safe to read.
+    let log = git(&tree, &["-c", "safe.directory=*", "log", "--all", "--format=%s"]);
     assert_eq!(log.lines().count(), 1, "{log}");
     assert!(!std::fs::read_to_string(tree.join("src/calc/__init__.py")).unwrap().contains("return 0.0"));
 
@@ -404,8 +411,10 @@ async fn prs_verify_in_the_sandbox_and_evaluate_grades_predictions_there() {
     // The lake's own directory: on the host, beside the run's tree, and not in the sandbox.
     let outside = lake_dir.join("escaped.txt");
     let host_tmp = std::env::temp_dir().join(format!("swelake-escape-{}", std::process::id()));
+    let etc_plant = format!("/etc/swelake-eval-planted-{}", std::process::id());
+    let _in_etc = is_root().then(|| Planted::new(PathBuf::from(&etc_plant), "ETC-SECRET-e11a"));
     let evil = format!(
-        "import os, socket, subprocess, time\n\n\ndef _leave():\n    found = []\n    try:\n        socket.create_connection((\"127.0.0.1\", {port}), timeout=2)\n        found.append(\"tcp\")\n    except OSError as e:\n        found.append(\"no tcp: %s\" % e)\n    for p in [{outside:?}, {host_tmp:?}]:\n        try:\n            with open(p, \"w\") as f:\n                f.write(\"x\")\n            found.append(\"wrote \" + p)\n        except OSError as e:\n            found.append(\"no write: %s\" % e)\n    found.append(\"secret=\" + os.environ.get(\"SWELAKE_TEST_SECRET\", \"absent\"))\n    with open(os.path.join(os.path.dirname(__file__), \"..\", \"..\", \"escape-report.txt\"), \"w\") as f:\n        f.write(repr(found))\n    subprocess.Popen([\"sleep\", \"987654\"], start_new_session=True)\n    time.sleep(600)\n\n\n_leave()\n",
+        "import os, socket, subprocess, time\n\n\ndef _leave():\n    found = []\n    for p in [{etc_plant:?}, \"/etc/shadow\"]:\n        try:\n            print(\"LEAKED\", open(p).read(), flush=True)\n        except OSError as e:\n            found.append(\"no read %s: %s\" % (p, e.errno))\n    side = os.path.join(os.path.dirname(__file__), \"..\", \"..\", \"..\")\n    try:\n        os.symlink({etc_plant:?}, os.path.join(side, \"out\", \"eval.log.new\"))\n        os.replace(os.path.join(side, \"out\", \"eval.log.new\"), os.path.join(side, \"out\", \"eval.log\"))\n        found.append(\"log linked\")\n    except OSError as e:\n        found.append(\"no link: %s\" % e)\n    try:\n        socket.create_connection((\"127.0.0.1\", {port}), timeout=2)\n        found.append(\"tcp\")\n    except OSError as e:\n        found.append(\"no tcp: %s\" % e)\n    for p in [{outside:?}, {host_tmp:?}]:\n        try:\n            with open(p, \"w\") as f:\n                f.write(\"x\")\n            found.append(\"wrote \" + p)\n        except OSError as e:\n            found.append(\"no write: %s\" % e)\n    found.append(\"secret=\" + os.environ.get(\"SWELAKE_TEST_SECRET\", \"absent\"))\n    with open(os.path.join(os.path.dirname(__file__), \"..\", \"..\", \"escape-report.txt\"), \"w\") as f:\n        f.write(repr(found))\n    subprocess.Popen([\"sleep\", \"987654\"], start_new_session=True)\n    time.sleep(600)\n\n\n_leave()\n",
     );
     let evil_patch = format!(
         "diff --git a/src/calc/evil.py b/src/calc/evil.py\nnew file mode 100644\n--- /dev/null\n+++ b/src/calc/evil.py\n@@ -0,0 +1,{} @@\n{}diff --git a/src/calc/__init__.py b/src/calc/__init__.py\n--- a/src/calc/__init__.py\n+++ b/src/calc/__init__.py\n@@ -1,2 +1,3 @@\n+from calc import evil  # noqa\n \"\"\"Small numeric helpers.\"\"\"\n \n",
@@ -429,6 +438,38 @@ async fn prs_verify_in_the_sandbox_and_evaluate_grades_predictions_there() {
     assert!(matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "a connection came in");
     assert!(!outside.exists() && !host_tmp.exists());
     assert!(!process_running(&["sleep", "987654"]), "a child of the sandbox outlived it");
+    // Root's file in /etc was read neither by the patch nor, through the link it left in place
+    // of its log, by the host: not in the report, not in any log.
+    assert!(seen.contains("no read") && seen.contains("log linked"), "{seen}");
+    let mut texts = vec![std::fs::read_to_string(&report_path).unwrap()];
+    let mut stack = vec![dir.path().join("eval/logs")];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let t = e.file_type().unwrap();
+            if t.is_dir() {
+                stack.push(e.path());
+            } else if t.is_file() {
+                texts.push(String::from_utf8_lossy(&std::fs::read(e.path()).unwrap()).into_owned());
+            }
+        }
+    }
+    assert!(texts.iter().all(|t| !t.contains("ETC-SECRET")), "a planted secret left");
+
+    // A verify run after the seed was built, which the seed has not taken in: export and the
+    // card refuse it and name the command.
+    swelake::lake::runs::record(
+        &lake,
+        swelake::lake::runs::RunRecord::ok("verify", "acme/calc", 1, 1, 0, None, serde_json::json!({})),
+    )
+    .await
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_swelake"))
+        .args(["export", "--lake", lake_s, "--format", "swebench", "--verified-only", "--out"])
+        .arg(dir.path().join("stale"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && text.contains("swelake run seed"), "{text}");
 }
 
 #[test]
@@ -440,7 +481,8 @@ fn the_sandbox_refuses_what_is_not_its_own() {
     let tree = dir.path().join("tree");
     std::fs::create_dir_all(&tree).unwrap();
     let sb = swelake::verify::sandbox::Sandbox::new("bwrap", 1024, 4096).unwrap();
-    let mounts = swelake::verify::sandbox::Mounts { read_only: vec![], writable: vec![tree.clone()] };
+    let mounts =
+        swelake::verify::sandbox::Mounts { read_only: vec![], writable: vec![tree.clone()], ..Default::default() };
     let log = dir.path().join("log.txt");
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
     let script = format!(
@@ -461,6 +503,207 @@ fn the_sandbox_refuses_what_is_not_its_own() {
     std::thread::sleep(std::time::Duration::from_millis(200));
     assert!(!process_running(&["sleep", "987655"]), "a background child outlived the timeout");
     assert!(swelake::verify::sandbox::Sandbox::new("docker", 1, 1).unwrap_err().to_string().contains("bwrap or none"));
+}
+
+/// A root-only (0600) file on the host, removed when dropped.
+struct Planted(PathBuf);
+
+impl Planted {
+    fn new(path: PathBuf, secret: &str) -> Planted {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::write(&path, secret).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        Planted(path)
+    }
+}
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Whether the tests run as root (CI does): only then do `/etc` plants and the uid drop apply.
+fn is_root() -> bool {
+    // SAFETY: a plain system call.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The interpreter the verify stage would use, and its prefix (mounted into the sandbox).
+fn host_python() -> (String, String) {
+    let tools = swelake::verify::env::Tools::prepare(&Default::default(), &verify_dir()).unwrap();
+    assert!(tools.python_missing.is_none(), "{:?}", tools.python_missing);
+    (tools.python.to_string_lossy().into_owned(), tools.python_prefix.to_string_lossy().into_owned())
+}
+
+/// As an attacker's test or patch would: read root-only files planted in `/etc` and in a
+/// mount it sees, list `/etc`, start 600 processes against `max_processes = 256`, and hold
+/// 600 MB in four processes against a run's 256 MiB. It reads nothing, starts at most 256,
+/// and the memory of the run as a whole is bounded where a cgroup can be made (CI: root).
+#[test]
+fn a_run_is_a_uid_of_its_own_and_bounded_as_a_whole() {
+    if !can_verify() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tree = dir.path().join("tree");
+    let ro = dir.path().join("ro");
+    std::fs::create_dir_all(&tree).unwrap();
+    std::fs::create_dir_all(&ro).unwrap();
+    let _in_mount = Planted::new(ro.join("secret.txt"), "MOUNTED-SECRET-7f3a");
+    let etc_plant = format!("/etc/swelake-planted-{}", std::process::id());
+    let _in_etc = is_root().then(|| Planted::new(PathBuf::from(&etc_plant), "ETC-SECRET-9c2e"));
+    let (python, prefix) = host_python();
+    let sb = swelake::verify::sandbox::Sandbox::new("bwrap", 1024, 256).unwrap().with_run_memory(256);
+    let bounds = sb.bounds();
+    eprintln!("sandbox: {bounds}");
+    let mounts = swelake::verify::sandbox::Mounts {
+        read_only: vec![ro.clone(), PathBuf::from(&prefix)],
+        writable: vec![tree.clone()],
+        ..Default::default()
+    };
+    let run = |script: &str, name: &str| {
+        let log = dir.path().join(format!("{name}.log"));
+        let argv = vec![python.clone(), "-c".to_string(), script.to_string()];
+        let env = [("PATH".to_string(), "/usr/bin:/bin".to_string()), ("HOME".to_string(), "/tmp".to_string())];
+        let exit = sb.run(&argv, &tree, &env, &mounts, &log, std::time::Duration::from_secs(60)).unwrap();
+        (exit, std::fs::read_to_string(&log).unwrap())
+    };
+
+    let reads = format!(
+        "import os\nprint('UID', os.getuid())\nfor p in [{etc_plant:?}, {:?}, '/etc/shadow', '/etc/ssl/private']:\n    try:\n        print('READ', p, open(p).read() if os.path.isfile(p) else os.listdir(p))\n    except OSError as e:\n        print('DENIED', p, e.errno)\nprint('ETC', sorted(os.listdir('/etc')))\nprint('PASSWD', open('/etc/passwd').read().count(chr(10)))\n",
+        ro.join("secret.txt").display()
+    );
+    let (exit, out) = run(&reads, "reads");
+    assert_eq!(exit.code, Some(0), "{out}");
+    assert!(!out.contains("SECRET") && !out.contains("READ"), "a host secret was read:\n{out}");
+    let etc = out.lines().find(|l| l.starts_with("ETC ")).unwrap();
+    for absent in ["shadow", "sudoers", "swelake-planted", "ssh"] {
+        assert!(!etc.contains(absent), "{absent} in the sandbox's /etc: {etc}");
+    }
+    assert!(etc.contains("'hosts'") && etc.contains("'passwd'") && etc.contains("'ld.so.cache'"), "{etc}");
+    if is_root() {
+        let uid: u64 = out.lines().find_map(|l| l.strip_prefix("UID ")).unwrap().trim().parse().unwrap();
+        assert!(uid >= u64::from(swelake::verify::sandbox::SANDBOX_UID), "ran as uid {uid}: {out}");
+        assert!(bounds.contains("not root"), "{bounds}");
+    }
+
+    let forks = "import os, time\nn = 0\nwhy = ''\nfor i in range(600):\n    try:\n        pid = os.fork()\n    except OSError as e:\n        why = str(e)\n        break\n    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\nprint('STARTED', n, why, flush=True)\n";
+    let (_, out) = run(forks, "forks");
+    let started: u64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("STARTED "))
+        .unwrap_or_else(|| panic!("{out}"))
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(started < 256, "{started} processes started past max_processes = 256: {out}");
+    assert!(out.contains("Resource temporarily unavailable"), "{out}");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!process_running(&[&python, "-c", forks]), "a forked child outlived the run");
+
+    let memory = "import os, time\npids = []\nfor i in range(4):\n    pid = os.fork()\n    if pid == 0:\n        b = bytearray(150 << 20)\n        for j in range(0, len(b), 4096):\n            b[j] = 1\n        time.sleep(2)\n        os._exit(0)\n    pids.append(pid)\nkilled = 0\nfor p in pids:\n    _, status = os.waitpid(p, 0)\n    killed += os.WIFSIGNALED(status)\nprint('KILLED', killed, flush=True)\n";
+    let (exit, out) = run(memory, "memory");
+    if bounds.contains("cgroup") {
+        assert!(!out.contains("KILLED 0"), "600 MB were held in a run of 256 MiB: {out}");
+        assert!(out.contains("KILLED") || exit.code != Some(0), "{out}");
+    } else {
+        eprintln!("no cgroup can be made here ({bounds}): a run's memory is bounded per process only");
+    }
+}
+
+/// An environment whose one dependency is an sdist with a hostile `setup.py`: uv builds it
+/// (to read its metadata) in the sandbox, where it reads neither the host's home nor a
+/// root-only file planted in `/etc` or in uv's cache, cannot write beside the environments or
+/// in the test's directory, and sees none of the host's environment variables; it records
+/// what it found in uv's cache, the one place it may write, and fails the build.
+#[test]
+fn an_environment_build_runs_package_code_in_the_sandbox() {
+    if !can_verify() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("verify");
+    let cache = root.join("uv-cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let home_plant = PathBuf::from(&home).join(format!(".swelake-build-planted-{}", std::process::id()));
+    let _in_home = Planted::new(home_plant.clone(), "HOME-SECRET-0a7c");
+    let etc_plant = format!("/etc/swelake-build-planted-{}", std::process::id());
+    let _in_etc = is_root().then(|| Planted::new(PathBuf::from(&etc_plant), "ETC-SECRET-b41d"));
+    let cache_plant = cache.join("planted-secret.txt");
+    let outside = [root.join("escaped.txt"), dir.path().join("escaped.txt")];
+    let setup = format!(
+        "import os\nfound = ['uid=%d' % os.getuid()]\nfor p in [{:?}, {etc_plant:?}, {:?}]:\n    try:\n        found.append('read %s: %r' % (p, os.listdir(p) if os.path.isdir(p) else open(p).read()))\n    except OSError as e:\n        found.append('denied %s: %s' % (p, e.errno))\nfor p in [{:?}, {:?}]:\n    try:\n        open(p, 'w').write('x')\n        found.append('wrote ' + p)\n    except OSError as e:\n        found.append('no write %s: %s' % (p, e.errno))\nfound.append('env=' + ','.join(sorted(k for k in os.environ if 'SECRET' in k or 'TOKEN' in k or 'AWS' in k)))\nopen(os.path.join(os.environ['UV_CACHE_DIR'], 'probe-findings.txt'), 'w').write('\\n'.join(found))\nraise RuntimeError('swelake build probe done')\n",
+        home_plant.display(),
+        cache_plant.display(),
+        outside[0].display(),
+        outside[1].display()
+    );
+    let pkg = dir.path().join("pkg/swelake_build_probe-1.0");
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("setup.py"), setup).unwrap();
+    std::fs::write(pkg.join("PKG-INFO"), "Metadata-Version: 2.1\nName: swelake-build-probe\nVersion: 1.0\n").unwrap();
+    // Where the build can read it: a download in uv's cache.
+    let sdist = cache.join("downloads/swelake_build_probe-1.0.tar.gz");
+    std::fs::create_dir_all(sdist.parent().unwrap()).unwrap();
+    let tar = Command::new("tar")
+        .args([
+            "czf",
+            sdist.to_str().unwrap(),
+            "-C",
+            dir.path().join("pkg").to_str().unwrap(),
+            "swelake_build_probe-1.0",
+        ])
+        .status()
+        .unwrap();
+    assert!(tar.success());
+    let cfg = swelake::verify::VerifyConfig { dir: root.to_string_lossy().into_owned(), ..Default::default() };
+    let tools = swelake::verify::env::Tools::prepare(&cfg, dir.path()).unwrap();
+    // Planted after uv's cache is handed to the build uid: root's file, 0600, inside it.
+    let sb = swelake::verify::sandbox::Sandbox::new("bwrap", 4096, 4096).unwrap();
+    let spec = swelake::verify::spec::Spec {
+        files: vec!["pyproject.toml".into()],
+        name: Some("victim".into()),
+        dependencies: vec![format!("swelake-build-probe @ file://{}", sdist.display())],
+        ..Default::default()
+    };
+    let _in_cache = {
+        // Hand the cache over first (a first build does that), then plant root's file in it.
+        let mounts = swelake::verify::sandbox::Mounts { kept: vec![cache.clone()], ..Default::default() };
+        let log = dir.path().join("handover.log");
+        let opts = swelake::verify::sandbox::RunOptions { network: false, build: true };
+        sb.run_with(
+            &["/bin/true".to_string()],
+            Path::new("/"),
+            &[],
+            &mounts,
+            &log,
+            std::time::Duration::from_secs(10),
+            opts,
+        )
+        .unwrap();
+        Planted::new(cache_plant.clone(), "CACHE-SECRET-55e0")
+    };
+    let row = swelake::verify::env::prepare("acme/victim", &spec, "2024-03-01T00:00:00Z", &tools, &sb, true)
+        .expect_err("the probe fails its build");
+    assert_eq!(row.status, "failed");
+    let found = std::fs::read_to_string(cache.join("probe-findings.txt"))
+        .unwrap_or_else(|e| panic!("the build did not run its setup.py ({e}): {}", row.reason));
+    eprintln!("what the build found:\n{found}");
+    assert!(!found.contains("SECRET-") && !found.contains("read "), "{found}");
+    assert!(found.contains(&format!("denied {}", home_plant.display())), "{found}");
+    assert!(!found.contains("wrote "), "{found}");
+    assert!(found.lines().any(|l| l == "env="), "{found}");
+    for p in &outside {
+        assert!(!p.exists(), "{} was written", p.display());
+    }
+    if is_root() {
+        assert!(!found.contains("uid=0"), "{found}");
+    }
+    assert!(row.reason.contains("swelake-build-probe"), "{}", row.reason);
 }
 
 const JS_PACKAGE: &str = r#"{
@@ -564,8 +807,14 @@ async fn javascript_prs_verify_with_their_runner_and_lockfile() {
     let dir = &fx.dir;
     let (lake_s, cache_s, config_s, url) = (fx.lake.as_str(), fx.cache.as_str(), fx.config.as_str(), fx.url.clone());
     let common = fx.common();
-    let out = swelake(&[&["run", "--all", "--verify"][..], &common].concat(), &[]);
+    // As docs/verify.md has users do it: the pipeline first, then the verify stage by name,
+    // which brings the seed (and so the shards and exports) up to its verdicts.
+    let out = swelake(&[&["run", "verify"][..], &common].concat(), &[]);
     assert!(out.contains("status:verified: 2"), "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("seed ") && l.contains("partition")),
+        "seed did not follow verify: {out}"
+    );
     let lake = Lake::open(lake_s).unwrap();
     let ctx = lake.session().await.unwrap();
     let v: Vec<Verdict> = swelake::query::rows(
