@@ -329,8 +329,8 @@ mod tests {
             "SELECT cardinality(range(1, 2000000000))",
             "SELECT cardinality(generate_series(0, 4000000000, 2))",
             "SELECT cardinality(array_repeat(1, 2000000000))",
-            // Per row: 100,000 rows of 1,000 bytes are 100 MB.
-            "SELECT max(length(repeat('x', 1000 + (value % 2)))) FROM range(0, 100000)",
+            // Per row: a batch of 8,192 rows of 5,000 bytes is 40 MB.
+            "SELECT max(length(repeat('x', 5000 + (value % 2)))) FROM range(0, 100000)",
         ] {
             let e = run(&ctx, sql).await.expect_err(sql);
             assert!(e.to_string().contains("past this server's limit"), "{sql}: {e}");
