@@ -281,7 +281,7 @@ pub struct SwebenchInstance {
 /// modified, renamed or deleted file and the new path of an added one, as `unidiff`'s
 /// `PatchedFile.path`, which that rule reads.
 pub fn is_test_path(path: &str) -> bool {
-    crate::verify::is_test_path(path)
+    crate::testfiles::is_test_path(path)
 }
 
 /// The path SWE-bench's rule looks at, from one file's section of a git patch.
@@ -367,7 +367,7 @@ pub async fn swebench_instances(lake: &Lake, verified_only: bool) -> Result<(Vec
             // SWE-bench groups instances by the package's version (major.minor); without a stated
             // version, the environment they ran in is what groups them.
             version: match r.package_version.as_deref().filter(|v| !v.is_empty()) {
-                Some(v) => crate::verify::spec::major_minor(v),
+                Some(v) => crate::verify::python::spec::major_minor(v),
                 None => r.env_key.clone(),
             },
             environment_setup_commit: base,

@@ -23,7 +23,7 @@
 //! holds this):
 //! 1. infrastructure: [`archive`] (GH Archive's hours and their completeness), [`lake`]
 //!    (tables, run records, the blob store), [`schema`] (table
-//!    contracts), [`git`], `lang`, [`query`] (typed reads), `config` (the curation file), [`files`],
+//!    contracts), [`git`], `lang`, [`testfiles`], [`query`] (typed reads), `config` (the curation file), [`files`],
 //!    [`stage`] (what a Rust stage is to the scheduler),
 //!    and from `swelake-core` [`models`], [`memory`], [`progress`], [`charts`], [`hash`],
 //!    [`rng`];
@@ -46,6 +46,7 @@ pub(crate) mod lang;
 pub mod query;
 pub mod schema;
 pub mod stage;
+pub mod testfiles;
 pub use swelake_core::{charts, hash, memory, models, progress, rng};
 
 // Stages.

@@ -120,7 +120,20 @@ pub struct StageCtx<'a> {
 impl StageCtx<'_> {
     /// The stage's section of the curation config (its defaults when the run has none).
     pub fn config<T: Any + Default + Clone>(&self) -> T {
-        self.extras.get::<T>().cloned().unwrap_or_default()
+        match self.extras.get::<T>() {
+            Some(c) => c.clone(),
+            None => {
+                // A section missing from `jobs::curation_sections!` would read as its defaults
+                // whatever the file says: the test builds say so loudly.
+                debug_assert!(
+                    false,
+                    "{}: its config section {} is not registered",
+                    self.job,
+                    std::any::type_name::<T>()
+                );
+                T::default()
+            }
+        }
     }
 
     /// The git scope with the run's progress bars.

@@ -1,7 +1,9 @@
 //! `bench verify`: the verify stage on a copy of a real history's lake, twice — first with no
 //! environment built (each resolved and installed from the registries), then again (`--force`)
 //! with every environment reused from the cache: seconds per instance, the share of
-//! environments reused, the cores the runs kept busy, and the verdicts by status.
+//! environments reused, the cores the runs kept busy, and the verdicts by status. With
+//! `--jobs N` the same twice more with N PRs at once (a cache of their own, so cold is cold),
+//! and whether both give the same `pr_verification` (durations aside).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -21,6 +23,8 @@ pub struct VerifyBenchOptions {
     pub max_prs: usize,
     pub repeat: u32,
     pub work: PathBuf,
+    /// PRs at once in the second pair of passes (1: one pair only).
+    pub jobs: usize,
 }
 
 /// CPU seconds of this process's waited-for children so far.
@@ -45,20 +49,96 @@ impl Pass {
 }
 
 pub fn verify(o: &VerifyBenchOptions) -> Result<()> {
-    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let _ = std::fs::remove_dir_all(&o.work);
-    let lake = o.work.join("lake");
+    let mut settings = vec![1];
+    if o.jobs > 1 {
+        settings.push(o.jobs);
+    }
+    let mut runs: Vec<(usize, Pass, Pass, PathBuf)> = Vec::new();
+    for &jobs in &settings {
+        let (cold, warm, lake) = passes(o, jobs)?;
+        runs.push((jobs, cold, warm, lake));
+    }
+    let (_, first_cold, _, first_lake) = &runs[0];
+    let prs = first_cold.n("prs_verified_now").max(1.0);
+    println!("verify on {} ({} PRs, {} runs a side)\n", o.lake.display(), prs, o.repeat);
+    println!("| jobs | pass | s per instance | environments built | reused | share reused | cores used |");
+    println!("|---|---|---|---|---|---|---|");
+    for (jobs, cold, warm, _) in &runs {
+        for (name, p) in [("cold (environments built)", cold), ("warm (environments reused)", warm)] {
+            let (b, r) = (p.n("environments_built"), p.n("environments_reused"));
+            println!(
+                "| {jobs} | {name} | {:.2} | {b:.0} | {r:.0} | {:.0}% | {:.2} |",
+                p.wall / prs,
+                100.0 * r / (b + r).max(1.0),
+                p.cpu / p.wall.max(1e-9)
+            );
+        }
+    }
+    let (_, cold, warm, _) = &runs[0];
+    println!("\nwarm / cold: {:.2}x the time per instance", warm.wall / cold.wall.max(1e-9));
+    if let Some((jobs, cold_n, warm_n, lake_n)) = runs.get(1) {
+        println!(
+            "{jobs} jobs / 1 job: {:.2}x the time cold, {:.2}x warm",
+            cold_n.wall / cold.wall.max(1e-9),
+            warm_n.wall / warm.wall.max(1e-9)
+        );
+        let (a, b) = (verdicts(first_lake)?, verdicts(lake_n)?);
+        let same = a == b;
+        println!(
+            "pr_verification with {jobs} jobs and with 1 (durations aside): {} ({} rows)",
+            if same { "identical" } else { "DIFFERENT" },
+            a.len()
+        );
+    }
+    println!("\n| status | PRs |\n|---|---|");
+    if let Some(m) = cold.notes.as_object() {
+        for (k, v) in m.iter().filter(|(k, _)| k.starts_with("status:")) {
+            println!("| {} | {v} |", k.trim_start_matches("status:"));
+        }
+    }
+    println!(
+        "\nWhy the others failed: swelake sql --lake {} \"SELECT status, reason, count(*) FROM pr_verification \
+         WHERE status <> 'verified' GROUP BY 1, 2 ORDER BY 3 DESC\"",
+        first_lake.display()
+    );
+    Ok(())
+}
+
+/// `pr_verification` of a lake without the durations, as text rows in key order.
+fn verdicts(lake: &Path) -> Result<Vec<String>> {
+    let lake = crate::lake::Lake::open(&lake.to_string_lossy())?;
+    tokio::runtime::Handle::current().block_on(async {
+        let ctx = lake.session().await?;
+        let batches = ctx
+            .sql(
+                "SELECT repo_name, pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, test_files, env_key, \
+                 package_version, log_tail FROM pr_verification ORDER BY repo_name, pr_number",
+            )
+            .await?
+            .collect()
+            .await?;
+        let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)?.to_string();
+        Ok(text.lines().map(str::to_string).collect())
+    })
+}
+
+/// A cold and a warm pass with `jobs` PRs at once, on a lake and a cache of their own.
+fn passes(o: &VerifyBenchOptions, jobs: usize) -> Result<(Pass, Pass, PathBuf)> {
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let work = o.work.join(format!("jobs-{jobs}"));
+    let lake = work.join("lake");
     jobs::link_dir(&o.lake, &lake)?;
     for t in [crate::verify::PR_VERIFICATION, crate::verify::PR_TESTS, crate::verify::ENVIRONMENTS] {
         let _ = std::fs::remove_dir_all(lake.join(t));
     }
-    let config = o.work.join("verify.toml");
+    let config = work.join("verify.toml");
     let s = |p: &Path| p.to_string_lossy().into_owned();
     std::fs::write(
         &config,
         format!(
-            "[verify]\ndir = {:?}\nmax_prs_per_run = {}\nrepeat = {}\n",
-            s(&o.work.join("verify")),
+            "[verify]\ndir = {:?}\nmax_prs_per_run = {}\nrepeat = {}\njobs = {jobs}\n",
+            s(&work.join("verify")),
             o.max_prs,
             o.repeat.max(1)
         ),
@@ -91,30 +171,5 @@ pub fn verify(o: &VerifyBenchOptions) -> Result<()> {
     };
     let cold = pass(false)?;
     let warm = pass(true)?;
-    let prs = cold.n("prs_verified_now").max(1.0);
-    println!("verify on {} ({} PRs, {} runs a side)\n", o.lake.display(), prs, o.repeat);
-    println!("| pass | s per instance | environments built | reused | share reused | cores used |");
-    println!("|---|---|---|---|---|---|");
-    for (name, p) in [("cold (environments built)", &cold), ("warm (environments reused)", &warm)] {
-        let (b, r) = (p.n("environments_built"), p.n("environments_reused"));
-        println!(
-            "| {name} | {:.2} | {b:.0} | {r:.0} | {:.0}% | {:.2} |",
-            p.wall / prs,
-            100.0 * r / (b + r).max(1.0),
-            p.cpu / p.wall.max(1e-9)
-        );
-    }
-    println!("\nwarm / cold: {:.2}x the time per instance", warm.wall / cold.wall.max(1e-9));
-    println!("\n| status | PRs |\n|---|---|");
-    if let Some(m) = cold.notes.as_object() {
-        for (k, v) in m.iter().filter(|(k, _)| k.starts_with("status:")) {
-            println!("| {} | {v} |", k.trim_start_matches("status:"));
-        }
-    }
-    let lake_path = s(&lake);
-    println!(
-        "\nWhy the others failed: swelake sql --lake {lake_path} \"SELECT status, reason, count(*) FROM pr_verification \
-         WHERE status <> 'verified' GROUP BY 1, 2 ORDER BY 3 DESC\""
-    );
-    Ok(())
+    Ok((cold, warm, lake))
 }

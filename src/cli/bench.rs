@@ -418,6 +418,10 @@ pub(crate) struct VerifyBenchArgs {
     /// Working directory (the lake's copy, environments, trees); emptied first.
     #[arg(long, default_value = "target/bench-verify")]
     work: PathBuf,
+    /// Also run with N PRs at once (a cache of their own) and compare with one at a time:
+    /// time, cores used, and whether pr_verification is identical.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    jobs: usize,
 }
 
 impl VerifyBenchArgs {
@@ -433,6 +437,7 @@ impl VerifyBenchArgs {
             max_prs: self.max_prs,
             repeat: self.repeat,
             work: self.work,
+            jobs: self.jobs,
         })
     }
 }

@@ -29,10 +29,11 @@ pub(crate) struct RunArgs {
     list: bool,
     #[command(flatten)]
     lake: LakeArg,
-    /// Only input partitions at or after this value (a date for event partitions).
+    /// Only input partitions at or after this value (a date for event partitions); for
+    /// verify, only PRs merged on or after this date (the recent ones first).
     #[arg(long)]
     since: Option<String>,
-    /// Only input partitions at or before this value.
+    /// Only input partitions at or before this value; for verify, PRs merged on or before it.
     #[arg(long)]
     until: Option<String>,
     /// GH Archive source for the ingest job (else ingest is skipped).
@@ -69,6 +70,10 @@ pub(crate) struct RunArgs {
     /// verify: bwrap (bubblewrap, the default) or none (no sandbox: tests run with your rights).
     #[arg(long, value_name = "bwrap|none")]
     sandbox: Option<String>,
+    /// verify: PRs worked on at once, each in sandboxes of its own [default: [verify] jobs;
+    /// 0: the cores].
+    #[arg(long = "jobs", value_name = "N")]
+    verify_jobs: Option<usize>,
     #[command(flatten)]
     jobs_dirs: JobsArgs,
     #[command(flatten)]
@@ -129,6 +134,15 @@ impl RunArgs {
         }
         if let Some(s) = a.sandbox {
             curation.verify.sandbox = s;
+        }
+        if let Some(n) = a.verify_jobs {
+            curation.verify.jobs = n;
+        }
+        if let Some(d) = &a.since {
+            curation.verify.since = d.clone();
+        }
+        if let Some(d) = &a.until {
+            curation.verify.until = d.clone();
         }
         let repos = a.scope.repos()?;
         let discover_prs = a.scope.has_repos_file() || a.discover_from_git || curation.discovery.from_git;

@@ -21,6 +21,8 @@ pub const EVENTS: &str = "events";
 pub const EVENTS_REJECTED: &str = "events_rejected";
 /// The events table is partitioned by the UTC date of `created_at`.
 pub const EVENT_DATE: &str = "event_date";
+/// `source_file` of the events made from GitHub API objects starts so (the rest are hour files).
+pub const SOURCE_PREFIX: &str = "github_api/";
 
 /// The schema of `events`, built once from its schema file.
 pub static EVENTS_SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| crate::schema::builtin(EVENTS));
@@ -280,11 +282,7 @@ impl EventsBuilder {
         c.source_file.val(source_file);
         c.source_line.append_value(line as i64);
         c.event_date.append_value(date32_of(e.created_at));
-        c.source.val(if source_file.starts_with(crate::ingest::github::SOURCE_PREFIX) {
-            "github_api"
-        } else {
-            "gharchive"
-        });
+        c.source.val(if source_file.starts_with(SOURCE_PREFIX) { "github_api" } else { "gharchive" });
         self.rows += 1;
         self.bytes += e.payload_raw.len() + 256;
     }

@@ -39,19 +39,59 @@ use crate::relevance::RelevanceConfig;
 use crate::seed::SeedConfig;
 use crate::stage::{Extras, Need, StageCtx, Unit};
 
-/// The curation config: the sections of the stages that read one.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CurationConfig {
-    pub filters: FilterConfig,
-    pub relevance: RelevanceConfig,
-    pub seed: SeedConfig,
+/// Declares the curation config's sections in one place: the struct, its loading (a file
+/// names only what it changes; an unknown key is an error that names it), the names a job may
+/// read (`config = "…"` in a job file, a stage's `config_section`), their fingerprint text,
+/// and the extras every stage takes its section from ([`StageCtx::config`]). A new section is
+/// one line of the list below.
+macro_rules! curation_sections {
+    ($($(#[$doc:meta])* $field:ident: $ty:ty,)*) => {
+        /// The curation config: the sections of the stages that read one.
+        #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct CurationConfig {
+            $($(#[$doc])* pub $field: $ty,)*
+        }
+
+        impl CurationConfig {
+            /// The built-in config, or the file at `path` layered over it.
+            pub fn load(path: Option<&Path>) -> Result<CurationConfig> {
+                let merged = crate::config::load(path)?;
+                let origin = path.map_or("the built-in config".to_string(), |p| p.display().to_string());
+                Ok(CurationConfig {
+                    $($field: crate::config::section(&merged, stringify!($field)).with_context(|| origin.clone())?,)*
+                })
+            }
+
+            /// The sections, by name.
+            pub const SECTIONS: &'static [&'static str] = &[$(stringify!($field)),*];
+
+            /// A stable text of one section, for fingerprints.
+            fn section_text(&self, section: &str) -> String {
+                match section {
+                    $(stringify!($field) => serde_json::to_string(&self.$field).expect("config sections serialise"),)*
+                    _ => String::new(),
+                }
+            }
+
+            /// The sections, by type, for the stages to take theirs ([`StageCtx::config`]).
+            fn add_to(&self, extras: &mut Extras) {
+                $(extras.insert(self.$field.clone());)*
+            }
+        }
+    };
+}
+
+curation_sections! {
+    filters: FilterConfig,
+    relevance: RelevanceConfig,
+    seed: SeedConfig,
     /// How `status` and `report` judge whether the archive's hours are complete.
-    pub completeness: crate::archive::CompletenessConfig,
+    completeness: crate::archive::CompletenessConfig,
     /// Where merged PRs are found.
-    pub discovery: DiscoveryConfig,
+    discovery: DiscoveryConfig,
     /// How PRs' own tests are run (the verify stage).
-    pub verify: crate::verify::VerifyConfig,
+    verify: crate::verify::VerifyConfig,
 }
 
 /// The `[discovery]` section: where merged PRs are found besides the archive.
@@ -60,48 +100,6 @@ pub struct CurationConfig {
 pub struct DiscoveryConfig {
     /// Read merged PRs from git too (the prs_from_git job) for a lake fed by the archive.
     pub from_git: bool,
-}
-
-impl CurationConfig {
-    /// The built-in config, or the file at `path` layered over it (a file names only what it
-    /// changes; an unknown key is an error that names it).
-    pub fn load(path: Option<&Path>) -> Result<CurationConfig> {
-        let merged = crate::config::load(path)?;
-        let origin = path.map_or("the built-in config".to_string(), |p| p.display().to_string());
-        Ok(CurationConfig {
-            filters: crate::config::section(&merged, "filters").with_context(|| origin.clone())?,
-            relevance: crate::config::section(&merged, "relevance").with_context(|| origin.clone())?,
-            seed: crate::config::section(&merged, "seed").with_context(|| origin.clone())?,
-            completeness: crate::config::section(&merged, "completeness").with_context(|| origin.clone())?,
-            discovery: crate::config::section(&merged, "discovery").with_context(|| origin.clone())?,
-            verify: crate::config::section(&merged, "verify").with_context(|| origin.clone())?,
-        })
-    }
-
-    /// The sections a job may read (`config = "…"` in a job file, a stage's
-    /// `config_section`). A new section: a field, a name here, and a line in each of the two
-    /// methods below.
-    pub const SECTIONS: &'static [&'static str] = &["filters", "relevance", "seed", "verify"];
-
-    /// A stable text of one section, for fingerprints.
-    fn section_text(&self, section: &str) -> String {
-        let v = match section {
-            "filters" => serde_json::to_string(&self.filters),
-            "relevance" => serde_json::to_string(&self.relevance),
-            "seed" => serde_json::to_string(&self.seed),
-            "verify" => serde_json::to_string(&self.verify),
-            _ => Ok(String::new()),
-        };
-        v.expect("config sections serialise")
-    }
-
-    /// The sections, by type, for the stages to take theirs ([`StageCtx::config`]).
-    fn add_to(&self, extras: &mut Extras) {
-        extras.insert(self.filters.clone());
-        extras.insert(self.relevance.clone());
-        extras.insert(self.seed.clone());
-        extras.insert(self.verify.clone());
-    }
 }
 
 /// Options of `swelake run`.

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::cache::EmbeddingCache;
 use super::encoder::Encoder;
 use super::job::RepoContext;
-use super::pipeline::{candidates, rank_change, Change, Embedder, Learner, Ranked};
+use super::pipeline::{candidates, contents_at, rank_change, Change, Embedder, Learner, Ranked};
 use super::rank::{Candidate, Earlier, FactsCache, Model, Ranker, FEATURES};
 use super::Pipeline;
 use super::{RelevanceConfig, EVAL_CHANGES_SQL};
@@ -158,19 +158,6 @@ impl EvalReport {
         }
         s
     }
-}
-
-/// Contents of `paths` at `commit` (those that are text), by path.
-pub(crate) fn contents_at(repo: &Repository, commit: Oid, paths: &[String]) -> HashMap<String, Arc<str>> {
-    let mut out = HashMap::new();
-    let Ok(files) = git::tree_files(repo, commit) else { return out };
-    let wanted: HashSet<&String> = paths.iter().collect();
-    for (p, oid, _) in files.into_iter().filter(|(p, _, _)| wanted.contains(p)) {
-        if let Ok((b, false)) = git::read_blob(repo, oid) {
-            out.insert(p, String::from_utf8_lossy(&b).into());
-        }
-    }
-    out
 }
 
 pub(crate) fn eval_cases_for_change(

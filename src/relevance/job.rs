@@ -12,8 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cache::{embedding_space, EmbeddingCache};
 use super::encoder::Encoder;
-use super::eval::contents_at;
-use super::pipeline::{candidates, rank_change, Change, Embedder};
+use super::pipeline::{candidates, contents_at, rank_change, Change, Embedder};
 use super::rank::{Earlier, FactsCache, Model, Ranker, FEATURES};
 use super::{changes_from_lake, fit_on_history, Pipeline};
 use super::{

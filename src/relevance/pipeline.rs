@@ -256,3 +256,16 @@ impl Learner {
         self.fits += 1;
     }
 }
+
+/// Contents of `paths` at `commit` (those that are text), by path.
+pub(crate) fn contents_at(repo: &Repository, commit: Oid, paths: &[String]) -> HashMap<String, Arc<str>> {
+    let mut out = HashMap::new();
+    let Ok(files) = crate::git::tree_files(repo, commit) else { return out };
+    let wanted: HashSet<&String> = paths.iter().collect();
+    for (p, oid, _) in files.into_iter().filter(|(p, _, _)| wanted.contains(p)) {
+        if let Ok((b, false)) = crate::git::read_blob(repo, oid) {
+            out.insert(p, String::from_utf8_lossy(&b).into());
+        }
+    }
+    out
+}

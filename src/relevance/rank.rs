@@ -249,8 +249,7 @@ fn stem(path: &str) -> String {
 
 /// A test file: under a test directory or named as a test.
 fn is_test(path: &str) -> bool {
-    path.split('/').any(|seg| matches!(seg, "test" | "tests" | "testing" | "testsuite" | "__tests__" | "spec"))
-        || tested_stem(path).is_some()
+    crate::testfiles::in_test_dir(path) || tested_stem(path).is_some()
 }
 
 fn dir(path: &str) -> &str {

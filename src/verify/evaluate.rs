@@ -13,8 +13,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::runner::RunOutcome;
-use super::{env, sandbox, PrRef, VerifyConfig};
+use super::judge::Grade;
+use super::toolchain::{one_line, Prepared, RunCtx, Tools};
+use super::{sandbox, PrRef, VerifyConfig};
 use crate::git::Mirrors;
 use crate::lake::Lake;
 
@@ -125,7 +126,7 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
     let logs = opts.out.parent().unwrap_or(Path::new(".")).join("logs");
     std::fs::create_dir_all(&logs)?;
     let mut seen = BTreeSet::new();
-    let mut tools: Option<(env::Tools, sandbox::Sandbox)> = None;
+    let mut tools: Option<(Tools, sandbox::Sandbox)> = None;
     for p in &predictions {
         let id = p.instance_id.clone();
         if !seen.insert(id.clone()) {
@@ -147,14 +148,14 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
             let sb = sandbox::Sandbox::new(&opts.cfg.sandbox, opts.cfg.memory_mb, opts.cfg.max_processes)?
                 .with_run_memory(opts.cfg.run_memory_mb);
             eprintln!("evaluate: sandbox: {}", sb.bounds());
-            tools = Some((env::Tools::prepare(&opts.cfg, &opts.mirrors.cache_dir)?, sb));
+            tools = Some((Tools::prepare(&opts.cfg, &opts.mirrors.cache_dir)?, sb));
         }
         let (t, sb) = tools.as_ref().expect("prepared above");
         let dir = logs.join(crate::files::path_segment(&id));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
         std::fs::write(dir.join("patch.diff"), &patch)?;
-        let job = Grade {
+        let job = Grading {
             mirrors: opts.mirrors.clone(),
             inst: inst.clone(),
             patch,
@@ -164,6 +165,7 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
             dir: dir.clone(),
         };
         let (status, reason, tests) = tokio::task::spawn_blocking(move || job.run()).await?;
+        let status = status.as_str();
         let record = serde_json::json!({
             "instance_id": id,
             "model_name_or_path": p.model_name_or_path,
@@ -206,26 +208,28 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
 }
 
 /// One prediction graded on a blocking thread.
-struct Grade {
+struct Grading {
     mirrors: Mirrors,
     inst: Verified,
     patch: String,
     cfg: VerifyConfig,
-    tools: env::Tools,
+    tools: Tools,
     sandbox: sandbox::Sandbox,
     dir: PathBuf,
 }
 
-impl Grade {
+impl Grading {
     /// (resolved | unresolved | error, why, per test: its outcome).
-    fn run(self) -> (&'static str, String, BTreeMap<String, String>) {
+    fn run(self) -> (Grade, String, BTreeMap<String, String>) {
         match self.grade() {
             Ok(x) => x,
-            Err(e) => ("error", env::one_line(&format!("{e:#}")), BTreeMap::new()),
+            Err(e) => (Grade::Error, one_line(&format!("{e:#}")), BTreeMap::new()),
         }
     }
 
-    fn grade(&self) -> Result<(&'static str, String, BTreeMap<String, String>)> {
+    /// The verify stage's path: the plan, the toolchain's environment, the side's build steps
+    /// and run, and the verdict of [`super::judge`].
+    fn grade(&self) -> Result<(Grade, String, BTreeMap<String, String>)> {
         let i = &self.inst;
         let repo = self.mirrors.open(&i.repo_name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
         let pr = PrRef {
@@ -236,8 +240,8 @@ impl Grade {
             merged_at: i.merged_at.clone(),
         };
         let plan = super::plan(&repo, &pr)?;
-        let language = super::language_at(&repo, plan.base);
-        let (env, _) = super::prepare_env(&repo, plan.base, language, &pr, &self.cfg, &self.tools, &self.sandbox)
+        let toolchain = super::toolchain_at(&repo, plan.base).map_err(anyhow::Error::msg)?;
+        let Prepared { env, .. } = super::prepare_env(&repo, plan.base, toolchain, &pr, &self.tools, &self.sandbox)
             .map_err(|stop| anyhow::anyhow!("environment ({}): {}", stop.status, stop.reason))?;
         let side = self.dir.join("run");
         let tree = side.join("tree");
@@ -246,11 +250,7 @@ impl Grade {
         std::fs::write(side.join("model.patch"), &self.patch)?;
         // The model's patch is applied inside the sandbox (git apply, else patch with fuzz, as
         // SWE-bench's harness tries), then the PR's test files are put as they were after it.
-        let mounts = sandbox::Mounts {
-            read_only: self.tools.python_mounts(),
-            writable: vec![side.clone()],
-            ..Default::default()
-        };
+        let mounts = sandbox::Mounts { writable: vec![side.clone()], ..Default::default() };
         let envs = vec![("PATH".to_string(), "/usr/bin:/bin".to_string()), ("HOME".to_string(), "/tmp".to_string())];
         let patch_file = side.join("model.patch").to_string_lossy().to_string();
         let attempts: [Vec<String>; 2] = [
@@ -271,7 +271,7 @@ impl Grade {
         }
         if !applied {
             return Ok((
-                "error",
+                Grade::Error,
                 format!("the patch does not apply (patch_failed): {}", sandbox::tail(&self.dir.join("apply-2.log"), 3)),
                 BTreeMap::new(),
             ));
@@ -279,9 +279,17 @@ impl Grade {
         for p in &plan.test_paths {
             super::tree::overlay(&repo, &tree, plan.head, p)?;
         }
-        let modules = if i.test_files.is_empty() { super::modules_for(language, &plan) } else { i.test_files.clone() };
+        let modules = if i.test_files.is_empty() { super::modules_for(toolchain, &plan) } else { i.test_files.clone() };
+        let ctx = RunCtx {
+            tree: &tree,
+            side_dir: &side,
+            label: "eval",
+            tools: &self.tools,
+            sandbox: &self.sandbox,
+            cfg: &self.cfg,
+        };
         let out =
-            super::runner::run_tests(&tree, &side, "eval", &modules, &env, &self.tools, &self.sandbox, &self.cfg)?;
+            env.runner.before_runs(&ctx).map_err(anyhow::Error::msg).and_then(|()| env.runner.run(&ctx, &modules));
         // The log sits in the run's writable tree: a link the patch left there is not followed.
         if let Ok(text) = sandbox::read_output(&side.join("out/eval.log"), &side, 64 << 20) {
             let _ = std::fs::write(self.dir.join("test_output.txt"), text);
@@ -289,46 +297,6 @@ impl Grade {
         if !self.cfg.keep_trees {
             let _ = std::fs::remove_dir_all(&side);
         }
-        let tests = match out {
-            RunOutcome::Report(tests, _) => tests,
-            RunOutcome::TimedOut(tail) => {
-                return Ok((
-                    "unresolved",
-                    format!("timeout after {} s: {tail}", self.cfg.timeout_secs),
-                    BTreeMap::new(),
-                ))
-            }
-            RunOutcome::NoReport(code, tail) => {
-                return Ok((
-                    "unresolved",
-                    format!("the runner wrote no report (exit {code:?}): {tail}"),
-                    BTreeMap::new(),
-                ))
-            }
-        };
-        let status: BTreeMap<String, String> = tests.iter().map(|t| (t.test_id.clone(), t.outcome.clone())).collect();
-        let passes = |id: &String| status.get(id).map(String::as_str) == Some("passed");
-        let f2p_failing: Vec<&String> = i.fail_to_pass.iter().filter(|t| !passes(t)).collect();
-        let p2p_failing: Vec<&String> = i.pass_to_pass.iter().filter(|t| !passes(t)).collect();
-        if f2p_failing.is_empty() && p2p_failing.is_empty() {
-            Ok((
-                "resolved",
-                format!("{} FAIL_TO_PASS and {} PASS_TO_PASS pass", i.fail_to_pass.len(), i.pass_to_pass.len()),
-                status,
-            ))
-        } else {
-            let first = f2p_failing.first().or(p2p_failing.first()).map(|s| s.as_str()).unwrap_or("");
-            Ok((
-                "unresolved",
-                format!(
-                    "{} of {} FAIL_TO_PASS and {} of {} PASS_TO_PASS do not pass (first: {first})",
-                    f2p_failing.len(),
-                    i.fail_to_pass.len(),
-                    p2p_failing.len(),
-                    i.pass_to_pass.len()
-                ),
-                status,
-            ))
-        }
+        Ok(super::judge::grade(env.runner.as_ref(), out?, &i.fail_to_pass, &i.pass_to_pass, self.cfg.timeout_secs))
     }
 }

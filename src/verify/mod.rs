@@ -11,17 +11,23 @@
 //! a verdict for their current merge base and head). Not part of `run --all` unless `--verify`
 //! or `[verify] enabled = true`: it runs untrusted code.
 //!
-//! Python ([`mod@env`]) and JavaScript/TypeScript ([`node`]: npm, jest, vitest, mocha); a tree of
-//! another language gets `toolchain_unavailable`.
+//! A language is a [`Toolchain`] ([`toolchain`]) in the table [`TOOLCHAINS`]: Python
+//! ([`python`]: uv, pytest) and JavaScript/TypeScript ([`javascript`]: npm; jest, vitest, mocha,
+//! ava, `node --test`, tap, tape, jasmine). A tree no toolchain claims gets
+//! `toolchain_unavailable`. The verdict is decided in one place ([`judge`]) for `verify` and
+//! `evaluate` alike.
 
-pub mod env;
 pub mod evaluate;
-pub mod node;
+pub mod javascript;
+pub mod judge;
 pub mod outcomes;
+pub mod python;
 mod runner;
 pub mod sandbox;
-pub mod spec;
+pub mod toolchain;
 pub mod tree;
+
+pub use toolchain::{Status, Toolchain};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -36,25 +42,21 @@ use crate::lake::rows::to_batch;
 use crate::lake::runs::{self, RunRecord};
 use crate::lake::Lake;
 use crate::stage::{JobSummary, Need, Stage, StageCtx, Unit};
+use crate::testfiles::is_test_path;
 use outcomes::Verdict;
-use runner::{last_error_line, run_sides};
+use runner::run_sides;
+use toolchain::{EnvRow, EnvStop, Prepared, Tools};
+
+/// The toolchains, in the order they are asked whether a tree is theirs. A language is a
+/// module and a line here.
+pub static TOOLCHAINS: &[&dyn Toolchain] = &[&python::Python, &javascript::JavaScript];
+
+/// Project files of languages that have no toolchain yet, for the reason their PRs get.
+const WITHOUT_TOOLCHAIN: &[(&str, &str)] = &[("Cargo.toml", "Rust"), ("go.mod", "Go")];
 
 pub const ENVIRONMENTS: &str = "environments";
 pub const PR_TESTS: &str = "pr_tests";
 pub const PR_VERIFICATION: &str = "pr_verification";
-
-/// Every status a PR can get, in the order the card lists them.
-pub const STATUSES: &[&str] = &[
-    "verified",
-    "no_fail_to_pass",
-    "flaky",
-    "env_failed",
-    "tests_not_found",
-    "patch_failed",
-    "timeout",
-    "toolchain_unavailable",
-    "no_test_change",
-];
 
 /// The `[verify]` section of the curation config.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -64,6 +66,9 @@ pub struct VerifyConfig {
     pub repeat: u32,
     pub timeout_secs: u64,
     pub python: String,
+    /// Interpreters to choose from per PR (the newest its tree accepts that was out by its
+    /// day); empty: `python` alone.
+    pub pythons: Vec<String>,
     pub uv_version: String,
     pub sandbox: String,
     pub memory_mb: u64,
@@ -77,18 +82,37 @@ pub struct VerifyConfig {
     pub max_prs_per_run: usize,
     /// Where locks, environments and scratch trees go ("" : CACHE/.verify beside the mirrors).
     pub dir: String,
+    /// PRs worked on at once, each side in a sandbox of its own (0: the cores).
+    pub jobs: usize,
+    /// Only PRs merged on or after this date (YYYY-MM-DD, or RFC 3339; "": no bound).
+    pub since: String,
+    /// Only PRs merged on or before this date ("": no bound).
+    pub until: String,
+}
+
+impl VerifyConfig {
+    /// PRs at once: `jobs`, or the machine's cores.
+    pub fn workers(&self) -> usize {
+        if self.jobs > 0 {
+            self.jobs
+        } else {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        }
+    }
+
+    /// Whether a PR merged at `merged_at` (RFC 3339) is within `since`/`until`.
+    pub fn in_window(&self, merged_at: &str) -> bool {
+        let day = merged_at.get(..10).unwrap_or(merged_at);
+        let since = self.since.get(..10).unwrap_or(&self.since);
+        let until = self.until.get(..10).unwrap_or(&self.until);
+        (since.is_empty() || day >= since) && (until.is_empty() || day <= until)
+    }
 }
 
 impl Default for VerifyConfig {
     fn default() -> Self {
         crate::config::default_section("verify")
     }
-}
-
-/// SWE-bench's rule for test files (`swebench.collect.utils.extract_patches`): the path
-/// contains `test` (so also `tests`, `testing`) or `e2e`.
-pub fn is_test_path(path: &str) -> bool {
-    path.contains("test") || path.contains("e2e")
 }
 
 /// The verify stage.
@@ -220,7 +244,7 @@ pub struct TestRow {
 pub struct PrResult {
     pub verification: VerificationRow,
     pub tests: Vec<TestRow>,
-    pub env: Option<env::EnvRow>,
+    pub env: Option<EnvRow>,
 }
 
 const PRS_SQL: &str = include_str!("../../sql/verify_prs.sql");
@@ -233,6 +257,7 @@ pub async fn run(lake: &Lake, scope: &crate::git::Scope, cfg: &VerifyConfig) -> 
     let prs: Vec<PrRef> = prs
         .into_iter()
         .filter(|p| scope.includes(&p.repo_name) && scope.shard.as_ref().is_none_or(|s| s.owns(&p.repo_name)))
+        .filter(|p| cfg.in_window(&p.merged_at))
         .collect();
     summary.prs_in_scope = prs.len();
     let done: BTreeSet<(String, i64, String, String)> = if lake.has_table(PR_VERIFICATION).await? && !scope.force {
@@ -264,7 +289,7 @@ pub async fn run(lake: &Lake, scope: &crate::git::Scope, cfg: &VerifyConfig) -> 
     let sandbox =
         sandbox::Sandbox::new(&cfg.sandbox, cfg.memory_mb, cfg.max_processes)?.with_run_memory(cfg.run_memory_mb);
     eprintln!("verify: sandbox: {}", sandbox.bounds());
-    let tools = env::Tools::prepare(cfg, &scope.mirrors.cache_dir)?;
+    let tools = Tools::prepare(cfg, &scope.mirrors.cache_dir)?;
     let known_envs: BTreeSet<String> = if lake.has_table(ENVIRONMENTS).await? {
         crate::query::rows::<(String,)>(&lake.session().await?, "SELECT env_key FROM environments")
             .await?
@@ -320,30 +345,53 @@ struct Job {
     repo_name: String,
     prs: Vec<PrRef>,
     cfg: VerifyConfig,
-    tools: env::Tools,
+    tools: Tools,
     sandbox: sandbox::Sandbox,
 }
 
 impl Job {
+    /// The chunk's PRs on `cfg.workers()` threads at once, each with a repository handle of
+    /// its own (libgit2's are not shared across threads); the results in the chunk's order,
+    /// so the tables are the same whatever the number of workers.
     fn run(self, show_progress: bool, offset: usize, total: usize) -> Result<Vec<PrResult>> {
-        let repo = self.mirrors.open(&self.repo_name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
-        let mut out = Vec::new();
-        for (i, pr) in self.prs.iter().enumerate() {
-            let r = verify_pr(&repo, pr, &self.cfg, &self.tools, &self.sandbox);
-            if show_progress {
-                eprintln!(
-                    "verify {}#{} ({}/{total}): {} — {} ({:.1}s)",
-                    pr.repo_name,
-                    pr.pr_number,
-                    offset + i + 1,
-                    r.verification.status,
-                    r.verification.reason,
-                    r.verification.seconds
-                );
+        let workers = self.cfg.workers().clamp(1, self.prs.len().max(1));
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let results: std::sync::Mutex<Vec<Option<PrResult>>> =
+            std::sync::Mutex::new((0..self.prs.len()).map(|_| None).collect());
+        std::thread::scope(|s| -> Result<()> {
+            let handles: Vec<_> = (0..workers)
+                .map(|_| {
+                    s.spawn(|| -> Result<()> {
+                        let repo = self
+                            .mirrors
+                            .open(&self.repo_name)
+                            .map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            let Some(pr) = self.prs.get(i) else { return Ok(()) };
+                            let r = verify_pr(&repo, pr, &self.cfg, &self.tools, &self.sandbox);
+                            if show_progress {
+                                eprintln!(
+                                    "verify {}#{} ({}/{total}): {} — {} ({:.1}s)",
+                                    pr.repo_name,
+                                    pr.pr_number,
+                                    offset + i + 1,
+                                    r.verification.status,
+                                    r.verification.reason,
+                                    r.verification.seconds
+                                );
+                            }
+                            results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                        }
+                    })
+                })
+                .collect();
+            for h in handles {
+                h.join().map_err(|_| anyhow::anyhow!("a verify worker panicked"))??;
             }
-            out.push(r);
-        }
-        Ok(out)
+            Ok(())
+        })?;
+        Ok(results.into_inner().unwrap_or_else(|e| e.into_inner()).into_iter().flatten().collect())
     }
 }
 
@@ -387,124 +435,41 @@ async fn write(
     let rows: Vec<&VerificationRow> = results.iter().map(|r| &r.verification).collect();
     let batch = to_batch(PR_VERIFICATION, &rows)?;
     let keys = ["repo_name".to_string(), "pr_number".to_string()];
-    let file_key = format!("verify-{}", crate::verify::env::key_of(repo_name));
+    let file_key = format!("verify-{}", toolchain::key_of(repo_name));
     lake.upsert_rows(PR_VERIFICATION, &batch.schema(), &[batch], &keys, None, &file_key).await?;
     Ok(())
 }
 
-/// The language of a tree, by the files that declare a project.
-fn language_of(has: &dyn Fn(&str) -> bool) -> &'static str {
-    if ["pyproject.toml", "setup.py", "setup.cfg"].iter().any(|f| has(f)) {
-        "python"
-    } else if has("package.json") {
-        "javascript"
-    } else if has("Cargo.toml") {
-        "rust"
-    } else if has("go.mod") {
-        "go"
-    } else {
-        "unknown"
+/// The toolchain that claims the tree at `commit`, or why none does.
+pub fn toolchain_at(repo: &Repository, commit: Oid) -> std::result::Result<&'static dyn Toolchain, String> {
+    let has = |p: &str| read_at(repo, commit, p).is_some();
+    if let Some(t) = TOOLCHAINS.iter().find(|t| t.project_files().iter().any(|f| has(f))) {
+        return Ok(*t);
     }
+    if let Some((_, language)) = WITHOUT_TOOLCHAIN.iter().find(|(f, _)| has(f)) {
+        let built: Vec<&str> = TOOLCHAINS.iter().map(|t| t.name()).collect();
+        return Err(format!("{language} environments are not built yet (toolchains: {})", built.join(", ")));
+    }
+    let files: Vec<&str> = TOOLCHAINS.iter().flat_map(|t| t.project_files().iter().copied()).collect();
+    Err(format!("no project file ({}) at the merge base", files.join(", ")))
 }
 
-/// The language of the tree at `commit` (TypeScript counts as JavaScript: one toolchain).
-pub(crate) fn language_at(repo: &Repository, commit: Oid) -> &'static str {
-    language_of(&|p: &str| read_at(repo, commit, p).is_some())
+/// The PR's test files `toolchain`'s runner is pointed at.
+pub fn modules_for(toolchain: &dyn Toolchain, plan: &Plan) -> Vec<String> {
+    plan.test_modules.iter().filter(|m| toolchain.is_test_file(m)).cloned().collect()
 }
 
-/// The PR's test files a runner of `language` is pointed at.
-pub(crate) fn modules_for(language: &str, plan: &Plan) -> Vec<String> {
-    plan.test_modules
-        .iter()
-        .filter(|m| if language == "javascript" { node::is_test_file(m) } else { is_test_module(m) })
-        .cloned()
-        .collect()
-}
-
-/// Why a PR's environment could not be had.
-pub(crate) struct EnvStop {
-    pub status: &'static str,
-    pub reason: String,
-    /// The environment's row, when one was tried.
-    pub row: Option<Box<env::EnvRow>>,
-    /// The project's version as the tree states it.
-    pub version: String,
-}
-
-/// The environment a PR's tests run in, as of its merge date, for the language of its tree
-/// at `base`; with the project's version as the tree states it.
+/// The environment a PR's tests run in, as of its merge date, by `toolchain` for its tree at
+/// `base`; with the project's version as the tree states it.
 pub(crate) fn prepare_env(
     repo: &Repository,
     base: Oid,
-    language: &str,
+    toolchain: &dyn Toolchain,
     pr: &PrRef,
-    cfg: &VerifyConfig,
-    tools: &env::Tools,
+    tools: &Tools,
     sandbox: &sandbox::Sandbox,
-) -> std::result::Result<(env::Env, String), EnvStop> {
-    let read = |p: &str| read_at(repo, base, p);
-    let stop = |status, reason: String, version: &Option<String>| EnvStop {
-        status,
-        reason,
-        row: None,
-        version: version.clone().unwrap_or_default(),
-    };
-    let failed = |row: Box<env::EnvRow>, version: Option<String>| EnvStop {
-        status: "env_failed",
-        reason: format!("environment as of {}: {}", pr.merged_at, row.reason),
-        row: Some(row),
-        version: version.unwrap_or_default(),
-    };
-    match language {
-        "python" => {
-            let spec = spec::read_spec(&read);
-            if let Some(why) = &tools.python_missing {
-                return Err(stop("toolchain_unavailable", why.clone(), &spec.version));
-            }
-            if let Err(why) = tools.uv_path() {
-                let why = why.trim_start_matches("toolchain_unavailable: ").to_string();
-                return Err(stop("toolchain_unavailable", why, &spec.version));
-            }
-            if let Some(rp) = &spec.requires_python {
-                if !spec::python_meets(&tools.python_version, rp) {
-                    let why = format!("requires-python {rp} is not met by python {}", tools.python_version);
-                    return Err(stop("env_failed", why, &spec.version));
-                }
-            }
-            match env::prepare(&pr.repo_name, &spec, &pr.merged_at, tools, sandbox, cfg.relax_tooling) {
-                Ok(e) => Ok((e, spec.version.unwrap_or_default())),
-                Err(row) => Err(failed(row, spec.version)),
-            }
-        }
-        "javascript" => {
-            let spec = node::read_spec(&read).map_err(|why| stop("toolchain_unavailable", why, &None))?;
-            if let Err(why) = &tools.node {
-                return Err(stop("toolchain_unavailable", why.clone(), &spec.version));
-            }
-            match node::prepare(&pr.repo_name, &spec, &pr.merged_at, tools, sandbox) {
-                Ok(e) => Ok((e, spec.version.unwrap_or_default())),
-                Err(row) => Err(failed(row, spec.version)),
-            }
-        }
-        "unknown" => Err(stop(
-            "toolchain_unavailable",
-            "no project file (pyproject.toml, setup.py, package.json, Cargo.toml, go.mod) at the merge base".into(),
-            &None,
-        )),
-        l => Err(stop(
-            "toolchain_unavailable",
-            format!("{l} environments are not built yet (Python, JavaScript and TypeScript so far)"),
-            &None,
-        )),
-    }
-}
-
-/// A Python file of a test path that pytest can be pointed at: named on the command line,
-/// any module is collected (old suites such as `jinja2/testsuite/core_tags.py` are not named
-/// `test_*.py`); `conftest.py` and `__init__.py` hold fixtures, not tests.
-fn is_test_module(path: &str) -> bool {
-    let name = path.rsplit('/').next().unwrap_or(path);
-    name.ends_with(".py") && name != "conftest.py" && name != "__init__.py"
+) -> std::result::Result<Prepared, EnvStop> {
+    toolchain.prepare(&|p: &str| read_at(repo, base, p), pr, tools, sandbox)
 }
 
 /// A file's text at a commit.
@@ -520,7 +485,7 @@ pub fn verify_pr(
     repo: &Repository,
     pr: &PrRef,
     cfg: &VerifyConfig,
-    tools: &env::Tools,
+    tools: &Tools,
     sandbox: &sandbox::Sandbox,
 ) -> PrResult {
     let started = Instant::now();
@@ -542,27 +507,30 @@ pub fn verify_pr(
     };
     let mut result = PrResult { verification: v.clone(), tests: Vec::new(), env: None };
     // Ok: the runs' verdict; Err: what stopped the PR before a verdict.
-    let outcome = (|| -> std::result::Result<(&'static str, String), (&'static str, String)> {
-        let plan = plan(repo, pr).map_err(|e| ("patch_failed", format!("{e:#}")))?;
+    let outcome = (|| -> std::result::Result<(Status, String), (Status, String)> {
+        let plan = plan(repo, pr).map_err(|e| (Status::PatchFailed, format!("{e:#}")))?;
         v.test_files = plan.test_modules.clone();
         if plan.test_paths.is_empty() {
             return Err((
-                "no_test_change",
+                Status::NoTestChange,
                 "the PR changes no test file (SWE-bench's rule: a path with test or e2e)".into(),
             ));
         }
-        let language = language_at(repo, plan.base);
-        let modules = modules_for(language, &plan);
+        let toolchain = toolchain_at(repo, plan.base).map_err(|why| (Status::ToolchainUnavailable, why))?;
+        let modules = modules_for(toolchain, &plan);
         v.test_files = modules.clone();
-        if modules.is_empty() && !cfg.whole_suite && ["python", "javascript"].contains(&language) {
-            let kind = if language == "python" { "test_*.py, *_test.py" } else { "*.js, *.ts outside fixtures" };
+        if modules.is_empty() && !cfg.whole_suite {
             return Err((
-                "tests_not_found",
-                format!("the PR's test changes hold no test module ({kind}): {}", plan.test_paths.join(", ")),
+                Status::TestsNotFound,
+                format!(
+                    "the PR's test changes hold no test module ({}): {}",
+                    toolchain.test_file_kinds(),
+                    plan.test_paths.join(", ")
+                ),
             ));
         }
-        let env = match prepare_env(repo, plan.base, language, pr, cfg, tools, sandbox) {
-            Ok((env, version)) => {
+        let env = match prepare_env(repo, plan.base, toolchain, pr, tools, sandbox) {
+            Ok(Prepared { env, version }) => {
                 v.package_version = version;
                 env
             }
@@ -593,63 +561,27 @@ pub fn verify_pr(
                         test_id: t.test_id.clone(),
                         side: side.to_string(),
                         run: k as i64 + 1,
-                        outcome: t.outcome.clone(),
+                        outcome: t.outcome.as_str().to_string(),
                         seconds: t.seconds,
                     });
                 }
             }
         }
-        let verdict = outcomes::verdict(&sides.before, &sides.after);
-        let Verdict { fail_to_pass, pass_to_pass, flaky, fail_after } = verdict;
+        let (status, why, verdict) =
+            judge::pr_verdict(env.runner.as_ref(), &sides.before, &sides.after, &sides.after_tail, cfg.repeat);
+        let Verdict { fail_to_pass, pass_to_pass, flaky, .. } = verdict;
         v.fail_to_pass = fail_to_pass;
         v.pass_to_pass = pass_to_pass;
         v.flaky = flaky;
-        v.log_tail = sides.after_tail;
-        let n_after = sides.after.first().map_or(0, |r| r.len());
-        if !v.fail_to_pass.is_empty() {
-            v.log_tail.clear();
-            let flaky = if v.flaky.is_empty() { String::new() } else { format!(", {} flaky left out", v.flaky.len()) };
-            return Ok((
-                "verified",
-                format!(
-                    "{} fail before and pass after, {} pass on both sides{flaky} ({} runs a side)",
-                    v.fail_to_pass.len(),
-                    v.pass_to_pass.len(),
-                    cfg.repeat
-                ),
-            ));
+        v.log_tail = if status == Status::Verified { String::new() } else { sides.after_tail };
+        match status {
+            Status::TestsNotFound | Status::EnvFailed => Err((status, why)),
+            _ => Ok((status, why)),
         }
-        if !v.flaky.is_empty() {
-            return Ok(("flaky", format!("no stable test fails before and passes after; {} flaky", v.flaky.len())));
-        }
-        if n_after == 0 {
-            return Err(("tests_not_found", "the runner collected no test in the PR's test files".into()));
-        }
-        // Nothing passes even with the fix: the PR's tests cannot run here (code of another
-        // interpreter, a dependency of its day that does not import on this one), which is
-        // the environment's failure, not a verdict on the PR.
-        let passed_after = sides.after.iter().flatten().any(|t| t.outcome == "passed");
-        let errored_after = sides.after.iter().flatten().any(|t| t.outcome == "error");
-        if !passed_after && errored_after {
-            return Err((
-                "env_failed",
-                format!("no test passes even after the change: {}", last_error_line(&v.log_tail)),
-            ));
-        }
-        let why = if fail_after.is_empty() {
-            format!("every test that passes after the change also passes before it ({} tests)", v.pass_to_pass.len())
-        } else {
-            format!(
-                "{} test(s) do not pass after the change (first: {}); none fails before and passes after",
-                fail_after.len(),
-                fail_after[0]
-            )
-        };
-        Ok(("no_fail_to_pass", why))
     })();
     let (Ok((status, reason)) | Err((status, reason))) = outcome;
-    v.status = status.to_string();
-    v.reason = env::one_line(&reason);
+    v.status = status.as_str().to_string();
+    v.reason = toolchain::one_line(&reason);
     v.seconds = started.elapsed().as_secs_f64();
     result.verification = v;
     result
@@ -685,7 +617,7 @@ pub fn plan(repo: &Repository, pr: &PrRef) -> Result<Plan> {
                 test_paths.insert(p);
             }
         }
-        if is_test && c.status != 'D' && (is_test_module(&path) || node::is_test_file(&path)) {
+        if is_test && c.status != 'D' && TOOLCHAINS.iter().any(|t| t.is_test_file(&path)) {
             modules.insert(path);
         }
     }
@@ -698,7 +630,7 @@ pub fn plan(repo: &Repository, pr: &PrRef) -> Result<Plan> {
     })
 }
 
-fn work_dir(tools: &env::Tools, pr: &PrRef) -> PathBuf {
+fn work_dir(tools: &Tools, pr: &PrRef) -> PathBuf {
     let safe = crate::files::path_segment(&pr.repo_name);
     tools.root.join("work").join(format!("{safe}-{}", pr.pr_number))
 }
@@ -712,8 +644,48 @@ mod tests {
         assert!(
             is_test_path("tests/test_api.py") && is_test_path("src/e2e/a.js") && !is_test_path("src/jinja2/lexer.py")
         );
-        assert!(is_test_module("tests/test_api.py") && is_test_module("pkg/api_test.py"));
-        assert!(is_test_module("jinja2/testsuite/core_tags.py"));
-        assert!(!is_test_module("tests/conftest.py") && !is_test_module("tests/res/test.txt"));
+        let py = &python::Python as &dyn Toolchain;
+        assert!(py.is_test_file("tests/test_api.py") && py.is_test_file("pkg/api_test.py"));
+        assert!(py.is_test_file("jinja2/testsuite/core_tags.py"));
+        assert!(!py.is_test_file("tests/conftest.py") && !py.is_test_file("tests/res/test.txt"));
+    }
+
+    /// Adding a language is a module and a line of [`TOOLCHAINS`]: each toolchain has a name
+    /// of its own, claims trees by project files no other claims, takes test files no other
+    /// takes, and has a rule in the test-file table.
+    #[test]
+    fn the_toolchain_table_walks() {
+        let mut names = BTreeSet::new();
+        let mut files = BTreeSet::new();
+        for t in TOOLCHAINS {
+            assert!(names.insert(t.name()), "{} twice", t.name());
+            assert!(!t.project_files().is_empty(), "{} claims nothing", t.name());
+            for f in t.project_files() {
+                assert!(files.insert(*f), "{f} claimed twice");
+            }
+            assert!(
+                crate::testfiles::RULES.iter().any(|r| r.toolchain == t.name()),
+                "{} has no test-file rule",
+                t.name()
+            );
+            assert!(!t.test_file_kinds().is_empty());
+        }
+        let samples = ["tests/test_a.py", "test/a.test.js", "test/a.spec.ts", "tests/it/main.rs"];
+        for s in samples {
+            let takers: Vec<&str> = TOOLCHAINS.iter().filter(|t| t.is_test_file(s)).map(|t| t.name()).collect();
+            assert!(takers.len() <= 1, "{s} is taken by {takers:?}");
+        }
+        for (f, _) in WITHOUT_TOOLCHAIN {
+            assert!(!files.contains(f), "{f} has a toolchain and is listed without one");
+        }
+        assert_eq!(Status::ALL.len(), Status::ALL.iter().map(|s| s.as_str()).collect::<BTreeSet<_>>().len());
+    }
+
+    #[test]
+    fn the_window_of_merge_dates() {
+        let cfg = VerifyConfig { since: "2024-01-01".into(), until: "2024-12-31".into(), ..Default::default() };
+        assert!(cfg.in_window("2024-06-01T10:00:00Z") && cfg.in_window("2024-12-31T23:59:59Z"));
+        assert!(!cfg.in_window("2023-12-31T23:59:59Z") && !cfg.in_window("2025-01-01T00:00:00Z"));
+        assert!(VerifyConfig::default().in_window("2001-01-01T00:00:00Z"));
     }
 }

@@ -531,8 +531,7 @@ fn is_root() -> bool {
 
 /// The interpreter the verify stage would use, and its prefix (mounted into the sandbox).
 fn host_python() -> (String, String) {
-    let tools = swelake::verify::env::Tools::prepare(&Default::default(), &verify_dir()).unwrap();
-    assert!(tools.python_missing.is_none(), "{:?}", tools.python_missing);
+    let tools = swelake::verify::python::env::PyTools::prepare(&Default::default(), &verify_dir()).unwrap();
     (tools.python.to_string_lossy().into_owned(), tools.python_prefix.to_string_lossy().into_owned())
 }
 
@@ -661,10 +660,10 @@ fn an_environment_build_runs_package_code_in_the_sandbox() {
         .unwrap();
     assert!(tar.success());
     let cfg = swelake::verify::VerifyConfig { dir: root.to_string_lossy().into_owned(), ..Default::default() };
-    let tools = swelake::verify::env::Tools::prepare(&cfg, dir.path()).unwrap();
+    let tools = swelake::verify::python::env::PyTools::prepare(&cfg, dir.path()).unwrap();
     // Planted after uv's cache is handed to the build uid: root's file, 0600, inside it.
     let sb = swelake::verify::sandbox::Sandbox::new("bwrap", 4096, 4096).unwrap();
-    let spec = swelake::verify::spec::Spec {
+    let spec = swelake::verify::python::spec::Spec {
         files: vec!["pyproject.toml".into()],
         name: Some("victim".into()),
         dependencies: vec![format!("swelake-build-probe @ file://{}", sdist.display())],
@@ -687,7 +686,7 @@ fn an_environment_build_runs_package_code_in_the_sandbox() {
         .unwrap();
         Planted::new(cache_plant.clone(), "CACHE-SECRET-55e0")
     };
-    let row = swelake::verify::env::prepare("acme/victim", &spec, "2024-03-01T00:00:00Z", &tools, &sb, true)
+    let row = swelake::verify::python::env::prepare("acme/victim", &spec, "2024-03-01T00:00:00Z", &tools, &sb, true)
         .expect_err("the probe fails its build");
     assert_eq!(row.status, "failed");
     let found = std::fs::read_to_string(cache.join("probe-findings.txt"))
@@ -916,4 +915,196 @@ async fn javascript_prs_verify_with_their_runner_and_lockfile() {
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report_path).unwrap()).unwrap();
     assert_eq!(report["resolved_ids"], serde_json::json!(["acme__calc-js-1"]), "{report:#}");
     assert_eq!(report["unresolved_ids"], serde_json::json!(["acme__calc-js-2"]), "{report:#}");
+}
+
+const NODE_TEST_PACKAGE: &str = r#"{
+  "name": "units-js",
+  "version": "1.4.0",
+  "private": true,
+  "scripts": {
+    "build": "node scripts/build.js",
+    "lint": "eslint .",
+    "test": "npm run lint && npm run build && NODE_ENV=test node --test test/"
+  }
+}
+"#;
+const NODE_TEST_LOCK: &str = r#"{
+  "name": "units-js",
+  "version": "1.4.0",
+  "lockfileVersion": 3,
+  "requires": true,
+  "packages": {
+    "": {
+      "name": "units-js",
+      "version": "1.4.0"
+    }
+  }
+}
+"#;
+/// The build step writes `lib/table.js` from `units.json`: without it the tests do not load.
+const NODE_TEST_BUILD: &str = "'use strict';\nconst fs = require('fs');\nconst path = require('path');\nconst root = path.join(__dirname, '..');\nconst units = JSON.parse(fs.readFileSync(path.join(root, 'units.json'), 'utf8'));\nfs.writeFileSync(path.join(root, 'lib/table.js'), 'module.exports = ' + JSON.stringify(units) + ';\\n');\n";
+const NODE_TEST_LIB: &str = "'use strict';\nconst table = require('./table');\n\nfunction toMeters(value, unit) {\n  return value * table[unit];\n}\n\nmodule.exports = { toMeters };\n";
+const NODE_TEST_TEST: &str = "'use strict';\nconst { describe, it } = require('node:test');\nconst assert = require('node:assert');\nconst { toMeters } = require('../lib/convert');\n\ndescribe('toMeters', () => {\n  it('of kilometers', () => assert.strictEqual(toMeters(2, 'km'), 2000));\n});\n";
+
+/// acme/units-js: tests on node's own runner behind a lint step (skipped) and a build step
+/// (run in the sandbox: the tests need what it writes), with two merged PRs: a unit the table
+/// lacked, and a new module whose test file cannot load before it.
+fn make_node_test_repo(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q"]);
+    write(dir, "package.json", NODE_TEST_PACKAGE);
+    write(dir, "package-lock.json", NODE_TEST_LOCK);
+    write(dir, "scripts/build.js", NODE_TEST_BUILD);
+    write(dir, "units.json", "{\"km\": 1000, \"m\": 1}\n");
+    write(dir, "lib/convert.js", NODE_TEST_LIB);
+    write(dir, "test/convert.test.js", NODE_TEST_TEST);
+    write(dir, ".gitignore", "node_modules/\nlib/table.js\n");
+    let t0 = 1_717_200_000; // 2024-06-01
+    commit(dir, BOB, t0, "Initial import");
+    let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
+    let pr = |n: i64, branch: &str, edits: &dyn Fn(), title: &str| {
+        git(dir, &["checkout", "-q", "-b", branch]);
+        edits();
+        commit(dir, ALICE, t0 + n * 1000, title);
+        git(dir, &["checkout", "-q", "main"]);
+        let msg = format!(
+            "Merge pull request #{n} from alice/{branch}\n\n{title}\n\nThe reported case works now.\nFixes #{}",
+            n + 40
+        );
+        merge(dir, branch, t0 + n * 1000 + 500, &msg);
+    };
+    pr(
+        1,
+        "miles",
+        &|| {
+            write(dir, "units.json", "{\"km\": 1000, \"m\": 1, \"mi\": 1609.344}\n");
+            write(
+                dir,
+                "test/convert.test.js",
+                &read("test/convert.test.js").replace(
+                    "});\n",
+                    "  it('of miles', () => assert.strictEqual(toMeters(1, 'mi'), 1609.344));\n});\n",
+                ),
+            );
+        },
+        "toMeters() of miles is NaN",
+    );
+    pr(
+        2,
+        "round",
+        &|| {
+            write(dir, "lib/round.js", "'use strict';\n\nmodule.exports = function round(x, places) {\n  const f = 10 ** places;\n  return Math.round(x * f) / f;\n};\n");
+            write(
+                dir,
+                "test/round.test.js",
+                "'use strict';\nconst test = require('node:test');\nconst assert = require('node:assert');\nconst round = require('../lib/round');\n\ntest('to two places', () => assert.strictEqual(round(1.005, 2), 1));\ntest('to none', () => assert.strictEqual(round(2.5, 0), 3));\n",
+            );
+        },
+        "A round() helper",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn node_test_prs_verify_after_their_build_step_with_two_at_once() {
+    if !can_verify() || !has_node() {
+        return;
+    }
+    let fx = Fixture::new("acme/units-js", make_node_test_repo, false);
+    let common = fx.common();
+    // Two PRs at once, each in sandboxes of its own.
+    let out = swelake(&[&["run", "verify", "--jobs", "2"][..], &common].concat(), &[]);
+    assert!(out.contains("status:verified: 2"), "{out}");
+    let lake = Lake::open(&fx.lake).unwrap();
+    let ctx = lake.session().await.unwrap();
+    let v: Vec<Verdict> = swelake::query::rows(
+        &ctx,
+        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
+         FROM pr_verification ORDER BY pr_number",
+    )
+    .await
+    .unwrap();
+    assert_eq!(v.len(), 2, "{v:#?}");
+    assert_eq!(v[0].fail_to_pass, ["test/convert.test.js::toMeters > of miles"], "{v:#?}");
+    assert_eq!(v[0].pass_to_pass, ["test/convert.test.js::toMeters > of kilometers"], "{v:#?}");
+    // The new module's test file does not load before it: its tests are absent there.
+    assert_eq!(v[1].fail_to_pass, ["test/round.test.js::to none", "test/round.test.js::to two places"], "{v:#?}");
+    assert_eq!(v[0].package_version, "1.4.0");
+    let relaxed: Vec<(String, Vec<String>)> =
+        swelake::query::rows(&ctx, "SELECT interpreter, relaxed FROM environments").await.unwrap();
+    assert_eq!(relaxed.len(), 1, "{relaxed:?}");
+    assert!(relaxed[0].0.starts_with("node "), "{relaxed:?}");
+    assert_eq!(relaxed[0].1, ["lint step `eslint .` is not a test: skipped"], "{relaxed:?}");
+    // One at a time gives the same verdicts.
+    let out = swelake(&[&["run", "verify", "--jobs", "1", "--force"][..], &common].concat(), &[]);
+    assert!(out.contains("status:verified: 2"), "{out}");
+    let again: Vec<Verdict> = swelake::query::rows(
+        &lake.session().await.unwrap(),
+        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
+         FROM pr_verification ORDER BY pr_number",
+    )
+    .await
+    .unwrap();
+    assert_eq!(format!("{v:?}"), format!("{again:?}"));
+}
+
+const CLI_PYPROJECT: &str = "[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"calc-cli\"\nversion = \"0.9.1\"\nrequires-python = \">=3.8\"\ndependencies = []\n\n[project.scripts]\ncalc = \"calc_cli:main\"\n";
+const CLI_MODULE: &str = "import sys\nfrom importlib.metadata import version\n\n__version__ = version(\"calc-cli\")\n\n\ndef main():\n    print(sum(int(a) for a in sys.argv[1:]))\n";
+const CLI_TESTS: &str = "import subprocess\n\nimport calc_cli\n\n\ndef test_version():\n    assert calc_cli.__version__ == \"0.9.1\"\n\n\ndef test_script_adds():\n    assert subprocess.run([\"calc\", \"1\", \"2\"], capture_output=True, text=True).stdout == \"3\\n\"\n";
+
+/// acme/calc-cli: a project whose tests need it installed (its version from its own metadata,
+/// its console script), with one merged PR that changes what the script prints.
+fn make_cli_repo(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    git(dir, &["init", "-q"]);
+    write(dir, "pyproject.toml", CLI_PYPROJECT);
+    write(dir, "src/calc_cli/__init__.py", CLI_MODULE);
+    write(dir, "tests/test_cli.py", CLI_TESTS);
+    let t0 = 1_709_251_200; // 2024-03-01
+    commit(dir, BOB, t0, "Initial import");
+    git(dir, &["checkout", "-q", "-b", "floats"]);
+    write(
+        dir,
+        "src/calc_cli/__init__.py",
+        &CLI_MODULE
+            .replace("int(a)", "float(a)")
+            .replace("print(sum(", "print(format(sum(")
+            .replace("argv[1:]))", "argv[1:]), \"g\"))"),
+    );
+    write(
+        dir,
+        "tests/test_cli.py",
+        &format!("{CLI_TESTS}\n\ndef test_script_adds_fractions():\n    assert subprocess.run([\"calc\", \"0.5\", \"2\"], capture_output=True, text=True).stdout == \"2.5\\n\"\n"),
+    );
+    commit(dir, ALICE, t0 + 1000, "calc adds fractions too");
+    git(dir, &["checkout", "-q", "main"]);
+    merge(
+        dir,
+        "floats",
+        t0 + 1500,
+        "Merge pull request #1 from alice/floats\n\ncalc adds fractions too\n\nThe reported case works now.\nFixes #7",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_project_whose_tests_need_it_installed_is_installed_per_side() {
+    if !can_verify() {
+        return;
+    }
+    let fx = Fixture::new("acme/calc-cli", make_cli_repo, false);
+    let out = swelake(&[&["run", "verify"][..], &fx.common()].concat(), &[]);
+    assert!(out.contains("status:verified: 1"), "{out}");
+    let lake = Lake::open(&fx.lake).unwrap();
+    let ctx = lake.session().await.unwrap();
+    let v: Vec<Verdict> = swelake::query::rows(
+        &ctx,
+        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
+         FROM pr_verification",
+    )
+    .await
+    .unwrap();
+    // Its metadata and its script are there on both sides: the installed project's.
+    assert_eq!(v[0].fail_to_pass, ["tests/test_cli.py::test_script_adds_fractions"], "{v:#?}");
+    assert_eq!(v[0].pass_to_pass, ["tests/test_cli.py::test_script_adds", "tests/test_cli.py::test_version"], "{v:#?}");
+    let relaxed: Vec<(Vec<String>,)> = swelake::query::rows(&ctx, "SELECT relaxed FROM environments").await.unwrap();
+    assert!(relaxed[0].0.iter().any(|r| r.contains("installed into each side's tree (entry points)")), "{relaxed:?}");
 }

@@ -41,8 +41,7 @@ use crate::lake::rows::to_batch;
 use crate::lake::{writer_properties, Lake, TableWriter};
 use client::{Answer, Client, Stop};
 
-/// `source_file` of the events made from API objects starts so.
-pub const SOURCE_PREFIX: &str = "github_api/";
+pub use super::batch::SOURCE_PREFIX;
 pub use crate::archive::api_sources::GITHUB_API_REPOS;
 
 /// Settings of one `ingest --github` run.

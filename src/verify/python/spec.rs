@@ -20,6 +20,11 @@ pub struct Spec {
     pub test_requirements: Vec<String>,
     /// The project's version as the tree states it (`3.1.0.dev0`).
     pub version: Option<String>,
+    /// The Python versions its `Programming Language :: Python :: X.Y` classifiers name.
+    pub classifiers: Vec<String>,
+    /// Why its tests need the project installed, not only on `PYTHONPATH` (entry points, a
+    /// pytest plugin, compiled extensions, its own metadata read at import).
+    pub install_reason: Option<String>,
 }
 
 impl Spec {
@@ -63,14 +68,15 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
                 s.requires_python = p.get("requires-python").and_then(|v| v.as_str()).map(str::to_string);
                 s.version = p.get("version").and_then(|v| v.as_str()).map(str::to_string);
                 s.dependencies.extend(strings(p.get("dependencies")));
+                s.classifiers.extend(python_classifiers(&strings(p.get("classifiers")).join("\n")));
                 if let Some(extras) = p.get("optional-dependencies").and_then(|v| v.as_table()) {
-                    for key in ["test", "tests", "testing"] {
+                    for key in TEST_EXTRAS {
                         s.test_requirements.extend(strings(extras.get(key)));
                     }
                 }
             }
             if let Some(groups) = doc.get("dependency-groups").and_then(|v| v.as_table()) {
-                for key in ["test", "tests", "testing"] {
+                for key in TEST_EXTRAS {
                     s.test_requirements.extend(strings(groups.get(key)));
                 }
             }
@@ -91,8 +97,11 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
         if s.dependencies.is_empty() {
             s.dependencies.extend(get("options", "install_requires").map(|v| lines(&v)).unwrap_or_default());
         }
-        for key in ["test", "tests", "testing"] {
+        for key in TEST_EXTRAS {
             s.test_requirements.extend(get("options.extras_require", key).map(|v| lines(&v)).unwrap_or_default());
+        }
+        if s.classifiers.is_empty() {
+            s.classifiers = python_classifiers(&get("metadata", "classifiers").unwrap_or_default());
         }
     }
     if let Some(text) = read("setup.py") {
@@ -104,7 +113,10 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
             s.dependencies = list(r"(?s)install_requires\s*=\s*\[(.*?)\]");
         }
         if s.test_requirements.is_empty() {
-            s.test_requirements = list(r#"(?s)["']tests?["']\s*:\s*\[(.*?)\]"#);
+            s.test_requirements = list(r#"(?s)["'](?:tests?|testing|dev)["']\s*:\s*\[(.*?)\]"#);
+        }
+        if s.classifiers.is_empty() {
+            s.classifiers = python_classifiers(&text);
         }
         if s.name.is_none() {
             s.name = list(r#"(?s)\bname\s*=\s*(["'][^"']+["'])"#).into_iter().next();
@@ -117,6 +129,7 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
         }
     }
     s.version = package_version(s.version.take(), s.name.as_deref(), read);
+    s.install_reason = install_reason(s.name.as_deref(), read);
     // A test requirements file (pinned by pip-compile in many projects: the pins of the PR's
     // day), else tox's test deps.
     const FILES: &[&str] = &[
@@ -132,8 +145,18 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
         "requirements/tests.in",
         "requirements/test.in",
     ];
+    // Where a tree keeps no test requirements, its development requirements hold them
+    // (`pretend`, `freezegun` beside linters and docs tools).
+    const DEV_FILES: &[&str] = &[
+        "dev-requirements.txt",
+        "requirements-dev.txt",
+        "requirements_dev.txt",
+        "requirements/dev.txt",
+        "requirements/development.txt",
+        "requirements/dev.in",
+    ];
     let mut found = false;
-    for f in FILES {
+    for f in FILES.iter().chain(DEV_FILES) {
         if let Some(reqs) = requirements_file(f, read, &mut s.files, 0) {
             s.test_requirements.extend(reqs);
             found = true;
@@ -156,6 +179,81 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
         }
     }
     s
+}
+
+/// Why a tree must be installed for its tests to run: what only an installed distribution has.
+fn install_reason(name: Option<&str>, read: &dyn Fn(&str) -> Option<String>) -> Option<String> {
+    const COMPILERS: &[&str] = &[
+        "cython",
+        "pybind11",
+        "setuptools-rust",
+        "setuptools_rust",
+        "maturin",
+        "scikit-build",
+        "meson-python",
+        "cffi",
+    ];
+    if let Some(text) = read("pyproject.toml") {
+        if let Ok(doc) = text.parse::<toml::Table>() {
+            let project = doc.get("project").and_then(|v| v.as_table());
+            if let Some(eps) = project.and_then(|p| p.get("entry-points")).and_then(|v| v.as_table()) {
+                if eps.contains_key("pytest11") {
+                    return Some("a pytest plugin registered by entry point".into());
+                }
+                return Some("entry points".into());
+            }
+            if project.is_some_and(|p| p.contains_key("scripts") || p.contains_key("gui-scripts")) {
+                return Some("entry points".into());
+            }
+            let requires = strings(doc.get("build-system").and_then(|b| b.get("requires")));
+            if let Some(c) = requires.iter().find(|r| COMPILERS.contains(&requirement_name(r).as_str())) {
+                return Some(format!("compiled extensions (builds with {})", requirement_name(c)));
+            }
+            if doc.get("tool").and_then(|t| t.get("maturin")).is_some() {
+                return Some("compiled extensions (maturin)".into());
+            }
+        }
+    }
+    if read("setup.cfg").is_some_and(|t| t.lines().any(|l| l.trim() == "[options.entry_points]")) {
+        return Some("entry points".into());
+    }
+    if let Some(text) = read("setup.py") {
+        if text.contains("pytest11") {
+            return Some("a pytest plugin registered by entry point".into());
+        }
+        if text.contains("ext_modules") || text.contains("Extension(") || text.contains("cythonize(") {
+            return Some("compiled extensions (setup.py ext_modules)".into());
+        }
+        if text.contains("entry_points") {
+            return Some("entry points".into());
+        }
+    }
+    // Its own version read from its installed metadata when it is imported.
+    let module = name?.to_ascii_lowercase().replace(['-', '.'], "_");
+    let init = ["src/", ""]
+        .iter()
+        .find_map(|p| read(&format!("{p}{module}/__init__.py")).or_else(|| read(&format!("{p}{module}.py"))))?;
+    let reads_metadata =
+        ["importlib.metadata", "importlib_metadata", "pkg_resources.get_distribution", "get_distribution("]
+            .iter()
+            .any(|m| init.contains(m));
+    reads_metadata.then(|| "it reads its own installed metadata at import".into())
+}
+
+/// The extras and dependency groups that hold test requirements (setup.py's `dev` extra too,
+/// where it has none of these).
+const TEST_EXTRAS: [&str; 3] = ["test", "tests", "testing"];
+
+/// The Python versions named by `Programming Language :: Python :: X[.Y]` classifiers, in order.
+fn python_classifiers(text: &str) -> Vec<String> {
+    let re = regex::Regex::new(r"Programming Language :: Python :: (\d+(?:\.\d+)?)\b").expect("a valid pattern");
+    let mut out: Vec<String> = Vec::new();
+    for c in re.captures_iter(text) {
+        if !out.contains(&c[1].to_string()) {
+            out.push(c[1].to_string());
+        }
+    }
+    out
 }
 
 /// The version a tree states: given, or behind `attr: pkg.__version__`, or the package's
@@ -448,5 +546,44 @@ mod tests {
         assert_eq!(tox_dep("py26,py33: py<1.5"), None);
         assert_eq!(tox_dep("pytest-xprocess").as_deref(), Some("pytest-xprocess"));
         assert_eq!(requirement_name("zope.interface[test]"), "zope-interface");
+    }
+
+    #[test]
+    fn development_requirements_and_classifiers_are_read_where_no_test_file_is() {
+        let files = |p: &str| -> Option<String> {
+            match p {
+                "setup.py" => Some("setup(name='pkg', classifiers=[\n 'Programming Language :: Python :: 2',\n 'Programming Language :: Python :: 2.7',\n 'Programming Language :: Python :: 3.5',\n], extras_require={'dev': ['freezegun']})\n".into()),
+                "dev-requirements.txt" => Some("pretend\npytest>=3\n".into()),
+                _ => None,
+            }
+        };
+        let s = read_spec(&files);
+        assert_eq!(s.classifiers, ["2", "2.7", "3.5"]);
+        assert_eq!(s.test_requirements, ["freezegun", "pretend", "pytest>=3"]);
+        assert_eq!(s.files, ["setup.py", "dev-requirements.txt"]);
+        assert_eq!(s.install_reason, None);
+    }
+
+    #[test]
+    fn what_makes_a_tree_need_installing() {
+        let reason = |files: &'static [(&'static str, &'static str)]| {
+            read_spec(&move |p: &str| files.iter().find(|(k, _)| *k == p).map(|(_, v)| v.to_string())).install_reason
+        };
+        assert_eq!(
+            reason(&[("pyproject.toml", "[project]\nname = \"a\"\n[project.scripts]\na = \"a:main\"\n")]).as_deref(),
+            Some("entry points")
+        );
+        assert_eq!(
+            reason(&[("setup.py", "setup(name='p', entry_points={'pytest11': ['p = p.plugin']})")]).as_deref(),
+            Some("a pytest plugin registered by entry point")
+        );
+        assert!(reason(&[("pyproject.toml", "[build-system]\nrequires = [\"setuptools\", \"Cython>=3\"]\n")])
+            .is_some_and(|r| r.contains("cython")));
+        assert!(reason(&[
+            ("pyproject.toml", "[project]\nname = \"my-pkg\"\n"),
+            ("src/my_pkg/__init__.py", "from importlib.metadata import version\n__version__ = version('my-pkg')\n"),
+        ])
+        .is_some_and(|r| r.contains("metadata")));
+        assert_eq!(reason(&[("pyproject.toml", "[project]\nname = \"calc\"\n")]), None);
     }
 }

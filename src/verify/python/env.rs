@@ -20,21 +20,24 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
 
-use super::sandbox::{read_output, write_output, Mounts, RunOptions, Sandbox};
+use super::interp::Interpreter;
 use super::spec::{is_tooling, normalize, requirement_name, Spec};
-use super::VerifyConfig;
+use crate::verify::sandbox::{read_output, write_output, Mounts, RunOptions, Sandbox};
+use crate::verify::toolchain::{build_once, key_of, one_line, Env, EnvRow, Tools};
+use crate::verify::VerifyConfig;
 
-/// uv and the interpreter, found or fetched once per run.
+/// uv and one interpreter: what an environment is built with.
 #[derive(Debug, Clone)]
-pub struct Tools {
+pub struct PyTools {
     /// uv, fetched the first time a Python environment needs it (a lake of JavaScript
-    /// repositories never asks PyPI for it); `Err`: why it could not be had.
-    uv: std::sync::OnceLock<std::result::Result<PathBuf, String>>,
+    /// repositories never asks PyPI for it); `Err`: why it could not be had. Shared by every
+    /// interpreter of a run.
+    uv: Arc<OnceLock<std::result::Result<PathBuf, String>>>,
     uv_version: String,
     /// The interpreter's own executable (not a shim).
     pub python: PathBuf,
@@ -42,36 +45,30 @@ pub struct Tools {
     pub python_version: String,
     /// `sys.base_prefix`: mounted read-only into the sandbox.
     pub python_prefix: PathBuf,
-    /// Why there is no interpreter (`[verify] python` does not run): Python trees are then
-    /// `toolchain_unavailable`, the others still verify.
-    pub python_missing: Option<String>,
-    /// `[verify] dir`, else `<cache>/.verify`: locks, environments, scratch trees.
+    /// Locks, environments, scratch trees.
     pub root: PathBuf,
-    /// Node and npm, for JavaScript and TypeScript trees, or why there are none.
-    pub node: std::result::Result<super::node::NodeTools, String>,
 }
 
-impl Tools {
-    /// Finds the interpreter and node; uv comes when first needed (a pinned uv from PyPI into
-    /// `cache/.verify/tools` when `uv_version` is set, else the one on PATH).
-    pub fn prepare(cfg: &VerifyConfig, cache: &Path) -> Result<Tools> {
-        let root = if cfg.dir.is_empty() { cache.join(".verify") } else { PathBuf::from(&cfg.dir) };
-        std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
-        let (python, python_missing) = match probe_python(&cfg.python) {
-            Ok(p) => (p, None),
-            Err(why) => (["", "", ""].map(String::from), Some(why)),
-        };
-        let [exe, version, prefix] = python;
-        Ok(Tools {
-            uv: std::sync::OnceLock::new(),
-            uv_version: cfg.uv_version.clone(),
-            python: PathBuf::from(exe),
-            python_version: version,
-            python_prefix: PathBuf::from(prefix),
-            python_missing,
-            root,
-            node: super::node::NodeTools::probe(),
-        })
+impl PyTools {
+    /// The tools of `[verify] python` (the first of `pythons` when set), for a caller that
+    /// builds environments directly.
+    pub fn prepare(cfg: &VerifyConfig, cache: &Path) -> Result<PyTools> {
+        let tools = Tools::prepare(cfg, cache)?;
+        let kit = super::kit(&tools);
+        let interp = kit.interpreters.first().ok_or_else(|| anyhow::anyhow!("{}", kit.problems.join("; ")))?;
+        Ok(PyTools::new(&kit, interp))
+    }
+
+    /// uv of `kit` with the interpreter `interp`.
+    pub fn new(kit: &super::PythonKit, interp: &Interpreter) -> PyTools {
+        PyTools {
+            uv: kit.uv.clone(),
+            uv_version: kit.uv_version.clone(),
+            python: interp.exe.clone(),
+            python_version: interp.version.clone(),
+            python_prefix: interp.prefix.clone(),
+            root: kit.root.clone(),
+        }
     }
 
     /// uv, fetched on the first call; `Err`: why there is none.
@@ -84,13 +81,9 @@ impl Tools {
             .clone()
     }
 
-    /// The interpreter's prefix to mount read-only into a sandbox (none without one).
+    /// The interpreter's prefix to mount read-only into a sandbox.
     pub fn python_mounts(&self) -> Vec<PathBuf> {
-        if self.python_missing.is_some() {
-            Vec::new()
-        } else {
-            vec![self.python_prefix.clone()]
-        }
+        vec![self.python_prefix.clone()]
     }
 
     /// `major.minor` of the interpreter.
@@ -104,6 +97,11 @@ impl Tools {
     /// certificate file and a proxy, when set). Answers uv's output (both streams) when it
     /// succeeds, else an error holding it.
     fn uv(&self, sandbox: &Sandbox, args: &[String], writable: &[PathBuf]) -> Result<String> {
+        self.uv_with(sandbox, args, writable, &[])
+    }
+
+    /// [`PyTools::uv`] with more read-only mounts (an environment whose interpreter it installs for).
+    fn uv_with(&self, sandbox: &Sandbox, args: &[String], writable: &[PathBuf], seen: &[PathBuf]) -> Result<String> {
         let uv = self.uv_path().map_err(anyhow::Error::msg)?;
         let tmp = self.root.join("tmp");
         std::fs::create_dir_all(&tmp)?;
@@ -125,6 +123,7 @@ impl Tools {
         ];
         let mut read_only = vec![uv.clone()];
         read_only.extend(self.python_mounts());
+        read_only.extend(seen.iter().cloned());
         for k in [
             "UV_INDEX_URL",
             "UV_DEFAULT_INDEX",
@@ -164,7 +163,7 @@ impl Tools {
 const UV_TIMEOUT: u64 = 1800;
 
 /// The interpreter's executable, version and base prefix, or why it does not say.
-fn probe_python(python: &str) -> std::result::Result<[String; 3], String> {
+pub(super) fn probe_python(python: &str) -> std::result::Result<[String; 3], String> {
     let probe = Command::new(python)
         .args([
             "-c",
@@ -186,9 +185,9 @@ fn probe_python(python: &str) -> std::result::Result<[String; 3], String> {
 
 /// uv: the pinned release from PyPI, installed once into the cache with pip (as the ONNX
 /// Runtime is fetched); `""` takes `uv` from PATH.
-fn fetch_uv(version: &str, root: &Path, python: &str) -> Result<PathBuf> {
+pub(super) fn fetch_uv(version: &str, root: &Path, python: &str) -> Result<PathBuf> {
     if version.is_empty() {
-        return super::sandbox::which("uv")
+        return crate::verify::sandbox::which("uv")
             .context("toolchain_unavailable: no `uv` on PATH ([verify] uv_version = \"\")");
     }
     let dir = root.join("tools").join(format!("uv-{version}"));
@@ -238,68 +237,6 @@ fn interpreter_floor(minor: &str) -> Option<&'static str> {
     })
 }
 
-/// A row of `environments`.
-#[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct EnvRow {
-    pub repo_name: String,
-    pub env_key: String,
-    pub language: String,
-    pub interpreter: String,
-    pub spec_files: Vec<String>,
-    pub requirements: Vec<String>,
-    pub packages: Vec<String>,
-    pub relaxed: Vec<String>,
-    pub resolved_as_of: String,
-    pub status: String,
-    pub reason: String,
-    pub seconds: f64,
-}
-
-impl EnvRow {
-    /// The row of an environment not (yet) built: status `failed` until it is.
-    pub fn new(
-        repo: &str,
-        language: &str,
-        interpreter: String,
-        spec_files: &[String],
-        requirements: Vec<String>,
-        as_of: &str,
-    ) -> EnvRow {
-        EnvRow {
-            repo_name: repo.to_string(),
-            env_key: String::new(),
-            language: language.to_string(),
-            interpreter,
-            spec_files: spec_files.to_vec(),
-            requirements,
-            packages: Vec::new(),
-            relaxed: Vec::new(),
-            resolved_as_of: as_of.to_string(),
-            status: "failed".into(),
-            reason: String::new(),
-            seconds: 0.0,
-        }
-    }
-
-    /// The row as the answer of an environment that could not be had.
-    pub fn failed<T>(mut self, reason: &str) -> std::result::Result<T, Box<EnvRow>> {
-        self.reason = one_line(reason);
-        self.seconds = 0.0;
-        Err(Box::new(self))
-    }
-}
-
-/// An environment ready to run tests in.
-#[derive(Debug, Clone)]
-pub struct Env {
-    pub key: String,
-    /// The virtual environment, or the directory holding `node_modules`.
-    pub venv: PathBuf,
-    pub row: EnvRow,
-    /// How a JavaScript or TypeScript PR's tests run (`None`: pytest).
-    pub node: Option<super::node::NodeRun>,
-}
-
 /// The environment of `spec` as of `as_of`, built or taken from the cache; `Err(row)` says
 /// why it could not be (the row has status `failed`).
 ///
@@ -314,7 +251,7 @@ pub fn prepare(
     repo: &str,
     spec: &Spec,
     as_of: &str,
-    tools: &Tools,
+    tools: &PyTools,
     sandbox: &Sandbox,
     relax_tooling: bool,
 ) -> std::result::Result<Env, Box<EnvRow>> {
@@ -341,7 +278,12 @@ pub fn prepare(
                 row.env_key = key.clone();
                 row.status = "ready".into();
                 row.seconds = if fresh { started.elapsed().as_secs_f64() } else { 0.0 };
-                return Ok(Env { key, venv, row, node: None });
+                let install = spec.install_reason.as_ref().map(|why| {
+                    row.relaxed.push(format!("the project is installed into each side's tree ({why})"));
+                    super::Install { tools: tools.clone(), as_of: as_of.to_string(), floor: floor.to_string() }
+                });
+                let runner = super::Pytest { venv: venv.clone(), python_prefix: tools.python_prefix.clone(), install };
+                return Ok(Env { key, dir: venv, row, runner: Arc::new(runner) });
             }
             Ok((Err((e, lock)), _)) => {
                 first_lock.get_or_insert(lock);
@@ -382,6 +324,47 @@ pub fn prepare(
     row.failed(&why)
 }
 
+/// Installs the project of `tree` (its own code: in the sandbox, as the build uid, with the
+/// network for its build backend) into `site`, without its dependencies (the environment has
+/// them): a wheel built from the tree as it stands, so a side gets its own entry points,
+/// metadata and compiled extensions, and a patched tree is rebuilt. The build backends resolve
+/// as of the PR's day, floated to the interpreter's months as environments' are.
+pub fn install_project(
+    tools: &PyTools,
+    sandbox: &Sandbox,
+    venv: &Path,
+    tree: &Path,
+    site: &Path,
+    as_of: &str,
+    floor: &str,
+) -> Result<()> {
+    let _ = std::fs::remove_dir_all(site);
+    std::fs::create_dir_all(site)?;
+    let s = |p: &Path| p.to_string_lossy().to_string();
+    let mut args: Vec<String> = vec![
+        "pip".into(),
+        "install".into(),
+        "--quiet".into(),
+        "--no-deps".into(),
+        // The environment's interpreter: the scripts it writes start in the environment.
+        "--python".into(),
+        s(&venv.join("bin/python")),
+        "--target".into(),
+        s(site),
+        "--exclude-newer".into(),
+        as_of.into(),
+    ];
+    for b in BUILD_BACKENDS {
+        args.extend(["--exclude-newer-package".into(), format!("{b}={floor}")]);
+    }
+    args.push(s(tree));
+    let side = site.parent().unwrap_or(site).to_path_buf();
+    tools
+        .uv_with(sandbox, &args, &[side], &[venv.to_path_buf()])
+        .map_err(|e| anyhow::anyhow!("installing the project: {}", uv_error(&format!("{e:#}"))))?;
+    Ok(())
+}
+
 /// The floated packages that are not build backends, for a reason.
 fn floated_names(floated: &BTreeSet<String>) -> String {
     let v: Vec<&str> = floated.iter().map(String::as_str).filter(|n| !BUILD_BACKENDS.contains(n)).collect();
@@ -404,17 +387,29 @@ fn relaxed_pins(first: &[String], lock: &[String], floated: &BTreeSet<String>) -
         .collect()
 }
 
-/// The package uv could not build (``Failed to build `greenlet==0.4.15` ``), by its normal name.
+/// The package uv could not build (``Failed to build `greenlet==0.4.15` ``), or whose
+/// release of the PR's day uv refuses by its file's name (an sdist such as
+/// `Twisted-19.10.0.tar.bz2`, not named as PEP 625 asks), by its normal name: floated to a
+/// release of the interpreter's months, it builds or comes as a wheel.
 fn failed_build(text: &str) -> Option<String> {
     let re = regex::Regex::new(r"Failed to (?:build|download and build) `([A-Za-z0-9._-]+?)(?:==[^`]*)?`")
         .expect("a valid pattern");
-    re.captures(text).map(|c| normalize(&c[1]))
+    if let Some(c) = re.captures(text) {
+        return Some(normalize(&c[1]));
+    }
+    let refused = regex::Regex::new(
+        r"([A-Za-z0-9][A-Za-z0-9._]*?)-\d[A-Za-z0-9.+!_]*\.(?:tar\.bz2|tar\.xz|tar\.gz|tgz|tar|zip|egg)\b",
+    )
+    .expect("a valid pattern");
+    text.lines()
+        .filter(|l| l.contains("PEP 625") || l.contains("source distribution filename"))
+        .find_map(|l| refused.captures(l).map(|c| normalize(&c[1])))
 }
 
 /// `name==version` lines resolved by uv for `requirements` as of `as_of`, cached on disk by
 /// the question (a rerun asks the registry nothing).
 fn resolve(
-    tools: &Tools,
+    tools: &PyTools,
     sandbox: &Sandbox,
     requirements: &[String],
     as_of: &str,
@@ -473,19 +468,13 @@ fn lock_lines(text: &str) -> Vec<String> {
 
 /// Installs `lock` into the environment named by its hash (or finds it ready), and checks
 /// that the test runner starts in the sandbox. Answers (key, venv, built now).
-fn install(tools: &Tools, lock: &[String], sandbox: &Sandbox) -> Result<(String, PathBuf, bool)> {
+fn install(tools: &PyTools, lock: &[String], sandbox: &Sandbox) -> Result<(String, PathBuf, bool)> {
     let key = key_of(&format!("python {}\n{}", tools.python_version, lock.join("\n")));
     let venv = tools.root.join("envs").join(&key);
-    let ready = venv.join(".swelake-ready");
-    if ready.is_file() {
-        return Ok((key, venv, false));
-    }
-    {
-        // The environment is made at its own path (a venv names it inside), empty, and only it
-        // is writable to the build.
-        let _ = std::fs::remove_dir_all(&venv);
-        std::fs::create_dir_all(&venv)?;
-        let s = |p: &Path| p.to_string_lossy().to_string();
+    let s = |p: &Path| p.to_string_lossy().to_string();
+    // The environment is made at its own path (a venv names it inside), empty, and only it is
+    // writable to the build.
+    let build = || -> Result<()> {
         let args: Vec<String> = vec![
             "venv".into(),
             "--quiet".into(),
@@ -495,7 +484,6 @@ fn install(tools: &Tools, lock: &[String], sandbox: &Sandbox) -> Result<(String,
             s(&venv),
         ];
         if let Err(e) = tools.uv(sandbox, &args, std::slice::from_ref(&venv)) {
-            let _ = std::fs::remove_dir_all(&venv);
             bail!("creating the venv: {}", last_error(&format!("{e:#}")));
         }
         let lock_file = venv.join("requirements.lock");
@@ -511,38 +499,33 @@ fn install(tools: &Tools, lock: &[String], sandbox: &Sandbox) -> Result<(String,
             s(&lock_file),
         ];
         if let Err(e) = tools.uv(sandbox, &args, std::slice::from_ref(&venv)) {
-            let _ = std::fs::remove_dir_all(&venv);
             bail!("installing: {}", uv_error(&format!("{e:#}")));
         }
-    }
-    // The runner must start here, in the sandbox, before any PR is judged by it.
-    let scratch = tempfile::Builder::new().prefix("probe-").tempdir_in(&tools.root)?;
-    let log = scratch.path().join("probe.log");
-    let mounts = super::sandbox::Mounts {
-        read_only: vec![tools.python_prefix.clone(), venv.clone()],
-        writable: vec![scratch.path().to_path_buf()],
-        ..Default::default()
+        Ok(())
     };
-    let argv =
-        vec![venv.join("bin/python").to_string_lossy().to_string(), "-m".into(), "pytest".into(), "--version".into()];
-    let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string()), ("HOME".to_string(), "/tmp".to_string())];
-    let exit = sandbox.run(&argv, scratch.path(), &env, &mounts, &log, std::time::Duration::from_secs(60))?;
-    if exit.code != Some(0) {
-        let _ = std::fs::remove_file(&ready);
-        bail!(
-            "pytest does not start on python {}: {}",
-            tools.python_version,
-            last_error(&super::sandbox::tail(&log, 5))
-        );
-    }
-    // The environment was written by package builds: the marker must not follow a link.
-    write_output(&ready, &venv, (lock.join("\n") + "\n").as_bytes())?;
-    Ok((key, venv, true))
-}
-
-/// 16 hex digits of FNV-1a: a cache key.
-pub fn key_of(text: &str) -> String {
-    format!("{:016x}", crate::hash::fnv1a_str(text))
+    // The runner must start here, in the sandbox, before any PR is judged by it.
+    let probe = || -> Result<()> {
+        let scratch = tempfile::Builder::new().prefix("probe-").tempdir_in(&tools.root)?;
+        let log = scratch.path().join("probe.log");
+        let mounts = Mounts {
+            read_only: vec![tools.python_prefix.clone(), venv.clone()],
+            writable: vec![scratch.path().to_path_buf()],
+            ..Default::default()
+        };
+        let argv = vec![s(&venv.join("bin/python")), "-m".into(), "pytest".into(), "--version".into()];
+        let env = vec![("PATH".to_string(), "/usr/bin:/bin".to_string()), ("HOME".to_string(), "/tmp".to_string())];
+        let exit = sandbox.run(&argv, scratch.path(), &env, &mounts, &log, Duration::from_secs(60))?;
+        if exit.code != Some(0) {
+            bail!(
+                "pytest does not start on python {}: {}",
+                tools.python_version,
+                last_error(&crate::verify::sandbox::tail(&log, 5))
+            );
+        }
+        Ok(())
+    };
+    let fresh = build_once(&venv, build, probe)?;
+    Ok((key, venv, fresh))
 }
 
 /// uv's error: the package it failed to build (its first line says which), then its last lines.
@@ -561,16 +544,6 @@ fn last_error(text: &str) -> String {
     one_line(&pick.join(" / "))
 }
 
-/// A reason as one line of at most 400 characters (a table cell, not a log).
-pub fn one_line(s: &str) -> String {
-    let s: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if s.chars().count() > 400 {
-        format!("{}…", s.chars().take(400).collect::<String>())
-    } else {
-        s
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -582,5 +555,9 @@ mod tests {
             Some("greenlet".into())
         );
         assert_eq!(failed_build("nothing"), None);
+        assert_eq!(
+            failed_build("error: Not a PEP 625-compliant source distribution filename: `Twisted-19.10.0.tar.bz2`"),
+            Some("twisted".into())
+        );
     }
 }
