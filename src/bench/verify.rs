@@ -83,7 +83,8 @@ pub fn verify(o: &VerifyBenchOptions) -> Result<()> {
             cold_n.wall / cold.wall.max(1e-9),
             warm_n.wall / warm.wall.max(1e-9)
         );
-        let (a, b) = (verdicts(first_lake)?, verdicts(lake_n)?);
+        let (a, b) =
+            (verdicts(first_lake, &o.work.join("jobs-1"))?, verdicts(lake_n, &o.work.join(format!("jobs-{jobs}")))?);
         let same = a == b;
         println!(
             "pr_verification with {jobs} jobs and with 1 (durations aside): {} ({} rows)",
@@ -105,8 +106,9 @@ pub fn verify(o: &VerifyBenchOptions) -> Result<()> {
     Ok(())
 }
 
-/// `pr_verification` of a lake without the durations, as text rows in key order.
-fn verdicts(lake: &Path) -> Result<Vec<String>> {
+/// `pr_verification` of a lake without the durations, as text rows in key order, with the
+/// pass's own directory (in reasons and log tails) written as `WORK`.
+fn verdicts(lake: &Path, work: &Path) -> Result<Vec<String>> {
     let lake = crate::lake::Lake::open(&lake.to_string_lossy())?;
     tokio::runtime::Handle::current().block_on(async {
         let ctx = lake.session().await?;
@@ -119,7 +121,8 @@ fn verdicts(lake: &Path) -> Result<Vec<String>> {
             .collect()
             .await?;
         let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)?.to_string();
-        Ok(text.lines().map(str::to_string).collect())
+        let work = work.to_string_lossy();
+        Ok(text.lines().map(|l| l.replace(work.as_ref(), "WORK")).collect())
     })
 }
 

@@ -280,7 +280,7 @@ pub fn parse_tap(text: &str, file: &str) -> Vec<TestResult> {
     let point = regex::Regex::new(r"^(not ok|ok)\b\s*\d*\s*(?:-\s*)?(.*)$").expect("a valid pattern");
     let time = regex::Regex::new(r"\s*#\s*time=\S+\s*$").expect("a valid pattern");
     let not_a_test = regex::Regex::new(
-        r"exited with a non-zero exit code|^Uncaught exception|^Unhandled rejection|^Timed out while running tests|^No tests found|^(?:[A-Z][A-Za-z]*)?Error: ",
+        r"exited with a non-zero exit code|^Uncaught exception|^Unhandled rejection|^Timed out while running tests|^No tests found|^(?:[A-Z][A-Za-z]*)?Error(?: \[[A-Z_]+\])?: ",
     )
     .expect("a valid pattern");
     let mut frames: Vec<Frame> = Vec::new();

@@ -1106,5 +1106,8 @@ async fn a_project_whose_tests_need_it_installed_is_installed_per_side() {
     assert_eq!(v[0].fail_to_pass, ["tests/test_cli.py::test_script_adds_fractions"], "{v:#?}");
     assert_eq!(v[0].pass_to_pass, ["tests/test_cli.py::test_script_adds", "tests/test_cli.py::test_version"], "{v:#?}");
     let relaxed: Vec<(Vec<String>,)> = swelake::query::rows(&ctx, "SELECT relaxed FROM environments").await.unwrap();
-    assert!(relaxed[0].0.iter().any(|r| r.contains("installed into each side's tree (entry points)")), "{relaxed:?}");
+    assert!(
+        relaxed[0].0.iter().any(|r| r.contains("installed into each side's tree (console scripts)")),
+        "{relaxed:?}"
+    );
 }

@@ -39,6 +39,9 @@ pub struct PyTools {
     /// interpreter of a run.
     uv: Arc<OnceLock<std::result::Result<PathBuf, String>>>,
     uv_version: String,
+    /// The interpreter whose pip fetches uv: the newest of the run's, the same whichever
+    /// interpreter a PR gets (pip of 3.6 finds no uv release for it).
+    uv_fetcher: PathBuf,
     /// The interpreter's own executable (not a shim).
     pub python: PathBuf,
     /// `3.11.7`.
@@ -64,6 +67,7 @@ impl PyTools {
         PyTools {
             uv: kit.uv.clone(),
             uv_version: kit.uv_version.clone(),
+            uv_fetcher: kit.newest().map_or_else(|| interp.exe.clone(), |i| i.exe.clone()),
             python: interp.exe.clone(),
             python_version: interp.version.clone(),
             python_prefix: interp.prefix.clone(),
@@ -75,7 +79,7 @@ impl PyTools {
     pub fn uv_path(&self) -> std::result::Result<PathBuf, String> {
         self.uv
             .get_or_init(|| {
-                let python = self.python.to_string_lossy();
+                let python = self.uv_fetcher.to_string_lossy();
                 fetch_uv(&self.uv_version, &self.root, &python).map_err(|e| format!("{e:#}"))
             })
             .clone()
@@ -226,6 +230,9 @@ const BUILD_BACKENDS: &[&str] =
 /// later (its first releases that support it).
 fn interpreter_floor(minor: &str) -> Option<&'static str> {
     Some(match minor {
+        // uv builds an sdist without a pyproject.toml with setuptools>=40.8.0 (2019-01-29):
+        // older interpreters' build backends float no earlier than that.
+        "3.6" | "3.7" => "2019-02-01T00:00:00Z",
         "3.8" => "2019-12-14T00:00:00Z",
         "3.9" => "2020-12-05T00:00:00Z",
         "3.10" => "2021-12-04T00:00:00Z",

@@ -105,7 +105,8 @@ pub fn choose<'a>(have: &'a [Interpreter], spec: &Spec, merged_at: &str) -> Resu
     Ok(out_by_then.unwrap_or_else(|| pool.last().copied().expect("a non-empty pool")))
 }
 
-fn version_key(v: &str) -> Vec<u64> {
+/// A version's numbers, for ordering (`3.10.13` after `3.9.18`).
+pub fn version_key(v: &str) -> Vec<u64> {
     v.split('.').map(|x| x.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap_or(0)).collect()
 }
 

@@ -31,6 +31,13 @@ pub struct PythonKit {
     root: PathBuf,
 }
 
+impl PythonKit {
+    /// The newest interpreter of the run.
+    pub fn newest(&self) -> Option<&Interpreter> {
+        self.interpreters.iter().max_by_key(|i| interp::version_key(&i.version))
+    }
+}
+
 /// The run's Python kit, probed on the first call.
 pub fn kit(tools: &Tools) -> Arc<PythonKit> {
     tools.kit("python", |t| {
@@ -127,11 +134,21 @@ impl TestRunner for Pytest {
     /// A tree that must be installed is, into the side's `site/` (in the sandbox: building it
     /// runs the project's own code), each side from its own tree: the fix's entry points and
     /// extensions are the after side's.
+    ///
+    /// A tree that does not install (a `setup.py` of 2013 on today's setuptools) is run from
+    /// `PYTHONPATH` as every other tree is; why is left in `out/<side>-install.log`.
     fn before_runs(&self, ctx: &RunCtx<'_>) -> std::result::Result<(), String> {
         let Some(i) = &self.install else { return Ok(()) };
         let site = ctx.side_dir.join("site");
-        env::install_project(&i.tools, ctx.sandbox, &self.venv, ctx.tree, &site, &i.as_of, &i.floor)
-            .map_err(|e| format!("{e:#}"))
+        if let Err(e) = env::install_project(&i.tools, ctx.sandbox, &self.venv, ctx.tree, &site, &i.as_of, &i.floor) {
+            let _ = std::fs::remove_dir_all(&site);
+            let out = ctx.side_dir.join("out");
+            let _ = std::fs::create_dir_all(&out);
+            let note = format!("not installed, run from PYTHONPATH: {e:#}\n");
+            let _ =
+                sandbox::write_output(&out.join(format!("{}-install.log", ctx.label)), ctx.side_dir, note.as_bytes());
+        }
+        Ok(())
     }
 
     /// pytest on `modules` in the tree, in the sandbox: only the side's directory (the tree and

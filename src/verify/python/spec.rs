@@ -181,7 +181,10 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
     s
 }
 
-/// Why a tree must be installed for its tests to run: what only an installed distribution has.
+/// Why a tree must be installed for its tests to run: what only an installed distribution has
+/// — console scripts the tests may call, a pytest plugin registered by entry point, compiled
+/// extensions, its own metadata read at import. Other entry points (Babel's extractors, say)
+/// are not read by tests: the tree stays on `PYTHONPATH` alone, the fast path.
 fn install_reason(name: Option<&str>, read: &dyn Fn(&str) -> Option<String>) -> Option<String> {
     const COMPILERS: &[&str] = &[
         "cython",
@@ -193,17 +196,20 @@ fn install_reason(name: Option<&str>, read: &dyn Fn(&str) -> Option<String>) -> 
         "meson-python",
         "cffi",
     ];
+    const PLUGIN: &str = "a pytest plugin registered by entry point";
+    const SCRIPTS: &str = "console scripts";
     if let Some(text) = read("pyproject.toml") {
         if let Ok(doc) = text.parse::<toml::Table>() {
             let project = doc.get("project").and_then(|v| v.as_table());
-            if let Some(eps) = project.and_then(|p| p.get("entry-points")).and_then(|v| v.as_table()) {
-                if eps.contains_key("pytest11") {
-                    return Some("a pytest plugin registered by entry point".into());
-                }
-                return Some("entry points".into());
+            if project
+                .and_then(|p| p.get("entry-points"))
+                .and_then(|v| v.as_table())
+                .is_some_and(|e| e.contains_key("pytest11"))
+            {
+                return Some(PLUGIN.into());
             }
             if project.is_some_and(|p| p.contains_key("scripts") || p.contains_key("gui-scripts")) {
-                return Some("entry points".into());
+                return Some(SCRIPTS.into());
             }
             let requires = strings(doc.get("build-system").and_then(|b| b.get("requires")));
             if let Some(c) = requires.iter().find(|r| COMPILERS.contains(&requirement_name(r).as_str())) {
@@ -214,18 +220,15 @@ fn install_reason(name: Option<&str>, read: &dyn Fn(&str) -> Option<String>) -> 
             }
         }
     }
-    if read("setup.cfg").is_some_and(|t| t.lines().any(|l| l.trim() == "[options.entry_points]")) {
-        return Some("entry points".into());
-    }
-    if let Some(text) = read("setup.py") {
+    for (file, text) in ["setup.cfg", "setup.py"].iter().filter_map(|f| read(f).map(|t| (*f, t))) {
         if text.contains("pytest11") {
-            return Some("a pytest plugin registered by entry point".into());
+            return Some(PLUGIN.into());
         }
-        if text.contains("ext_modules") || text.contains("Extension(") || text.contains("cythonize(") {
+        if text.contains("console_scripts") {
+            return Some(SCRIPTS.into());
+        }
+        if file == "setup.py" && (text.contains("ext_modules") || text.contains("cythonize(")) {
             return Some("compiled extensions (setup.py ext_modules)".into());
-        }
-        if text.contains("entry_points") {
-            return Some("entry points".into());
         }
     }
     // Its own version read from its installed metadata when it is imported.
@@ -571,7 +574,12 @@ mod tests {
         };
         assert_eq!(
             reason(&[("pyproject.toml", "[project]\nname = \"a\"\n[project.scripts]\na = \"a:main\"\n")]).as_deref(),
-            Some("entry points")
+            Some("console scripts")
+        );
+        // jinja's setup.py of 2013: Babel's extractors are not read by its tests.
+        assert_eq!(
+            reason(&[("setup.py", "setup(name='Jinja2', entry_points=\"\"\"\n[babel.extractors]\njinja2 = jinja2.ext:babel_extract\n\"\"\")")]),
+            None
         );
         assert_eq!(
             reason(&[("setup.py", "setup(name='p', entry_points={'pytest11': ['p = p.plugin']})")]).as_deref(),
