@@ -716,6 +716,19 @@ const JS_PACKAGE: &str = r#"{
 const JS_CALC: &str = "'use strict';\n\nfunction mean(xs) {\n  return xs.reduce((a, b) => a + b, 0) / xs.length;\n}\n\nmodule.exports = { mean };\n";
 const JS_TEST: &str = "'use strict';\nconst assert = require('assert');\nconst { mean } = require('../lib/calc');\n\ndescribe('mean', () => {\n  it('of numbers', () => assert.strictEqual(mean([1, 2, 3]), 2));\n});\n";
 
+/// Alice's PR `n` on `branch` (its edits, one commit), merged into main by GitHub's merge
+/// commit, `n` thousand seconds after `t0`, naming the issue it fixes.
+fn alice_pr(dir: &Path, t0: i64, n: i64, issue: i64, branch: &str, edits: &dyn Fn(), title: &str) {
+    git(dir, &["checkout", "-q", "-b", branch]);
+    edits();
+    commit(dir, ALICE, t0 + n * 1000, title);
+    git(dir, &["checkout", "-q", "main"]);
+    let msg = format!(
+        "Merge pull request #{n} from alice/{branch}\n\n{title}\n\nThe reported case works now.\nFixes #{issue}"
+    );
+    merge(dir, branch, t0 + n * 1000 + 500, &msg);
+}
+
 /// acme/calc-js (mocha, its package-lock.json committed) with two merged PRs: a fix with its
 /// test, and a new module whose test file cannot load before it.
 fn make_js_repo(dir: &Path) {
@@ -730,17 +743,7 @@ fn make_js_repo(dir: &Path) {
     let t0 = 1_717_200_000; // 2024-06-01
     commit(dir, BOB, t0, "Initial import");
     let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
-    let pr = |n: i64, branch: &str, edits: &dyn Fn(), title: &str| {
-        git(dir, &["checkout", "-q", "-b", branch]);
-        edits();
-        commit(dir, ALICE, t0 + n * 1000, title);
-        git(dir, &["checkout", "-q", "main"]);
-        let msg = format!(
-            "Merge pull request #{n} from alice/{branch}\n\n{title}\n\nThe reported case works now.\nFixes #{}",
-            n + 20
-        );
-        merge(dir, branch, t0 + n * 1000 + 500, &msg);
-    };
+    let pr = |n: i64, branch: &str, edits: &dyn Fn(), title: &str| alice_pr(dir, t0, n, n + 20, branch, edits, title);
     pr(
         1,
         "empty-mean",
@@ -962,17 +965,7 @@ fn make_node_test_repo(dir: &Path) {
     let t0 = 1_717_200_000; // 2024-06-01
     commit(dir, BOB, t0, "Initial import");
     let read = |p: &str| std::fs::read_to_string(dir.join(p)).unwrap();
-    let pr = |n: i64, branch: &str, edits: &dyn Fn(), title: &str| {
-        git(dir, &["checkout", "-q", "-b", branch]);
-        edits();
-        commit(dir, ALICE, t0 + n * 1000, title);
-        git(dir, &["checkout", "-q", "main"]);
-        let msg = format!(
-            "Merge pull request #{n} from alice/{branch}\n\n{title}\n\nThe reported case works now.\nFixes #{}",
-            n + 40
-        );
-        merge(dir, branch, t0 + n * 1000 + 500, &msg);
-    };
+    let pr = |n: i64, branch: &str, edits: &dyn Fn(), title: &str| alice_pr(dir, t0, n, n + 40, branch, edits, title);
     pr(
         1,
         "miles",
