@@ -1,14 +1,14 @@
 //! Which files are tests, in one table (ripgrep's `default_types.rs` is the shape): SWE-bench's
 //! rule for what a PR's test changes are, the directories that hold tests (relevance ranking),
 //! and per toolchain of the verify stage, which of those files its runner can be pointed at.
-//! A file's language comes from [`crate::lang::language`], the one table of extensions.
+//! A file's language comes from `lang::language`, the one table of extensions.
 
 /// A toolchain's test files.
 #[derive(Debug)]
 pub struct Rule {
     /// The verify toolchain's name.
     pub toolchain: &'static str,
-    /// The languages ([`crate::lang::language`]) of files its runner takes.
+    /// The languages (`lang::language`) of files its runner takes.
     pub languages: &'static [&'static str],
     /// File names that hold fixtures or set-up, not tests.
     pub never_named: &'static [&'static str],

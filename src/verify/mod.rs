@@ -1,7 +1,7 @@
 //! Instances that run: for every kept, snapshotted PR that changes a test file, the PR's own
 //! tests run as SWE-bench defines it — (a) the merge base with the PR's test changes, (b) with
 //! its code changes too, each side `repeat` times — in a sandbox without Docker
-//! ([`sandbox`]: bubblewrap) and in an environment of the PR's own day ([`mod@env`]: uv against
+//! ([`sandbox`]: bubblewrap) and in an environment of the PR's own day ([`mod@python::env`]: uv against
 //! the registries as they were then). `FAIL_TO_PASS` fails in every run of (a) and passes in
 //! every run of (b); `PASS_TO_PASS` passes in all; a test whose outcome changes between
 //! repeats is flaky and in neither. Every PR gets a status and a one-line reason.

@@ -1,7 +1,7 @@
 //! JavaScript and TypeScript: what `package.json` declares (its dependencies, the test runner
 //! its `test` script calls — jest, vitest, mocha, ava, `node --test`, tap or tape, jasmine —
 //! that script's options, the build steps it runs before the tests and the lint steps it runs
-//! around them), resolved by npm as of the PR's day ([`env`]) and run in the sandbox with
+//! around them), resolved by npm as of the PR's day ([`mod@env`]) and run in the sandbox with
 //! per-test outcomes from each runner's machine format ([`run`]).
 
 pub mod env;
