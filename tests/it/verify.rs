@@ -155,6 +155,17 @@ struct Verdict {
     package_version: String,
 }
 
+/// The lake's verdicts, by PR number.
+async fn verdicts(ctx: &datafusion::prelude::SessionContext) -> Vec<Verdict> {
+    swelake::query::rows(
+        ctx,
+        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
+         FROM pr_verification ORDER BY pr_number",
+    )
+    .await
+    .unwrap()
+}
+
 /// Runs the CLI; panics with its output when it fails.
 fn swelake(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_swelake")).args(args).envs(env.iter().copied()).output().unwrap();
@@ -263,13 +274,7 @@ async fn prs_verify_in_the_sandbox_and_evaluate_grades_predictions_there() {
         "seed did not follow verify: {out}"
     );
     let ctx = lake.session().await.unwrap();
-    let v: Vec<Verdict> = swelake::query::rows(
-        &ctx,
-        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
-         FROM pr_verification ORDER BY pr_number",
-    )
-    .await
-    .unwrap();
+    let v: Vec<Verdict> = verdicts(&ctx).await;
     let got: Vec<(i64, &str)> = v.iter().map(|x| (x.pr_number, x.status.as_str())).collect();
     assert_eq!(got, [(1, "verified"), (2, "no_test_change"), (3, "no_fail_to_pass"), (4, "verified")], "{v:#?}");
     assert_eq!(v[0].fail_to_pass, ["tests/test_calc.py::test_mean_empty"]);
@@ -819,13 +824,7 @@ async fn javascript_prs_verify_with_their_runner_and_lockfile() {
     );
     let lake = Lake::open(lake_s).unwrap();
     let ctx = lake.session().await.unwrap();
-    let v: Vec<Verdict> = swelake::query::rows(
-        &ctx,
-        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
-         FROM pr_verification ORDER BY pr_number",
-    )
-    .await
-    .unwrap();
+    let v: Vec<Verdict> = verdicts(&ctx).await;
     assert_eq!(v.len(), 2, "{v:#?}");
     assert_eq!(v[0].fail_to_pass, ["test/calc.test.js::mean > of nothing is 0"], "{v:#?}");
     assert_eq!(v[0].pass_to_pass, ["test/calc.test.js::mean > of numbers"]);
@@ -1009,13 +1008,7 @@ async fn node_test_prs_verify_after_their_build_step_with_two_at_once() {
     assert!(out.contains("status:verified: 2"), "{out}");
     let lake = Lake::open(&fx.lake).unwrap();
     let ctx = lake.session().await.unwrap();
-    let v: Vec<Verdict> = swelake::query::rows(
-        &ctx,
-        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
-         FROM pr_verification ORDER BY pr_number",
-    )
-    .await
-    .unwrap();
+    let v: Vec<Verdict> = verdicts(&ctx).await;
     assert_eq!(v.len(), 2, "{v:#?}");
     assert_eq!(v[0].fail_to_pass, ["test/convert.test.js::toMeters > of miles"], "{v:#?}");
     assert_eq!(v[0].pass_to_pass, ["test/convert.test.js::toMeters > of kilometers"], "{v:#?}");
@@ -1030,13 +1023,7 @@ async fn node_test_prs_verify_after_their_build_step_with_two_at_once() {
     // One at a time gives the same verdicts.
     let out = swelake(&[&["run", "verify", "--jobs", "1", "--force"][..], &common].concat(), &[]);
     assert!(out.contains("status:verified: 2"), "{out}");
-    let again: Vec<Verdict> = swelake::query::rows(
-        &lake.session().await.unwrap(),
-        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
-         FROM pr_verification ORDER BY pr_number",
-    )
-    .await
-    .unwrap();
+    let again: Vec<Verdict> = verdicts(&lake.session().await.unwrap()).await;
     assert_eq!(format!("{v:?}"), format!("{again:?}"));
 }
 
@@ -1088,13 +1075,7 @@ async fn a_project_whose_tests_need_it_installed_is_installed_per_side() {
     assert!(out.contains("status:verified: 1"), "{out}");
     let lake = Lake::open(&fx.lake).unwrap();
     let ctx = lake.session().await.unwrap();
-    let v: Vec<Verdict> = swelake::query::rows(
-        &ctx,
-        "SELECT pr_number, status, reason, fail_to_pass, pass_to_pass, flaky, env_key, package_version \
-         FROM pr_verification",
-    )
-    .await
-    .unwrap();
+    let v: Vec<Verdict> = verdicts(&ctx).await;
     // Its metadata and its script are there on both sides: the installed project's.
     assert_eq!(v[0].fail_to_pass, ["tests/test_cli.py::test_script_adds_fractions"], "{v:#?}");
     assert_eq!(v[0].pass_to_pass, ["tests/test_cli.py::test_script_adds", "tests/test_cli.py::test_version"], "{v:#?}");
