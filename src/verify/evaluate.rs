@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::judge::Grade;
-use super::toolchain::{one_line, Prepared, RunCtx, Tools};
+use super::toolchain::{one_line, RunCtx, Tools};
 use super::{sandbox, PrRef, VerifyConfig};
 use crate::git::Mirrors;
 use crate::lake::Lake;
@@ -241,8 +241,11 @@ impl Grading {
         };
         let plan = super::plan(&repo, &pr)?;
         let toolchain = super::toolchain_at(&repo, plan.base).map_err(anyhow::Error::msg)?;
-        let Prepared { env, .. } = super::prepare_env(&repo, plan.base, toolchain, &pr, &self.tools, &self.sandbox)
+        // The environment the instance's after side ran in: a prediction is graded where the
+        // fix was verified.
+        let envs = super::prepare_sides(&repo, &plan, toolchain, &pr, &self.tools, &self.sandbox)
             .map_err(|stop| anyhow::anyhow!("environment ({}): {}", stop.status, stop.reason))?;
+        let env = envs.after();
         let side = self.dir.join("run");
         let tree = side.join("tree");
         let _ = std::fs::remove_dir_all(&side);

@@ -45,7 +45,7 @@ use crate::stage::{JobSummary, Need, Stage, StageCtx, Unit};
 use crate::testfiles::is_test_path;
 use outcomes::Verdict;
 use runner::run_sides;
-use toolchain::{EnvRow, EnvStop, Prepared, Tools};
+use toolchain::{Env, EnvRow, EnvStop, Prepared, Tools};
 
 /// The toolchains, in the order they are asked whether a tree is theirs. A language is a
 /// module and a line here.
@@ -244,7 +244,8 @@ pub struct TestRow {
 pub struct PrResult {
     pub verification: VerificationRow,
     pub tests: Vec<TestRow>,
-    pub env: Option<EnvRow>,
+    /// The environments it used or tried: the merge base's, and the after side's own.
+    pub envs: Vec<EnvRow>,
 }
 
 const PRS_SQL: &str = include_str!("../../sql/verify_prs.sql");
@@ -419,7 +420,7 @@ async fn write(
     for r in results {
         *summary.by_status.entry(r.verification.status.clone()).or_default() += 1;
         summary.seconds_running += r.verification.seconds;
-        if let Some(e) = &r.env {
+        for e in &r.envs {
             if seen_envs.insert(e.env_key.clone()) {
                 summary.environments_built += 1;
                 new_envs.push(e.clone());
@@ -459,17 +460,61 @@ pub fn modules_for(toolchain: &dyn Toolchain, plan: &Plan) -> Vec<String> {
     plan.test_modules.iter().filter(|m| toolchain.is_test_file(m)).cloned().collect()
 }
 
-/// The environment a PR's tests run in, as of its merge date, by `toolchain` for its tree at
-/// `base`; with the project's version as the tree states it.
-pub(crate) fn prepare_env(
+/// The environments of a PR's two sides. The before side's is the merge base's. When the PR
+/// changes a file the toolchain read to prepare that one (a `package.json`'s dependencies, a
+/// requirements file, a lockfile), the after side gets the environment its own files ask for:
+/// a fix that needs a newer dependency cannot pass on the old one. That environment is
+/// prepared from the after side's tree (the merge base with every change of the PR) — what
+/// SWE-bench does when it builds an instance's environment at a later commit of its version.
+pub(crate) struct SideEnvs {
+    pub before: Prepared,
+    /// `None`: the after side runs in the before side's environment.
+    pub after: Option<Env>,
+    /// The after side's own environment when it could not be prepared: its row, and why
+    /// (the after side then runs in the merge base's, and the verdict's reason says so).
+    pub after_failed: Option<(Option<Box<EnvRow>>, String)>,
+}
+
+impl SideEnvs {
+    pub fn after(&self) -> &Env {
+        self.after.as_ref().unwrap_or(&self.before.env)
+    }
+}
+
+pub(crate) fn prepare_sides(
     repo: &Repository,
-    base: Oid,
+    plan: &Plan,
     toolchain: &dyn Toolchain,
     pr: &PrRef,
     tools: &Tools,
     sandbox: &sandbox::Sandbox,
-) -> std::result::Result<Prepared, EnvStop> {
-    toolchain.prepare(&|p: &str| read_at(repo, base, p), pr, tools, sandbox)
+) -> std::result::Result<SideEnvs, EnvStop> {
+    let asked = std::cell::RefCell::new(BTreeSet::new());
+    let read_base = |p: &str| {
+        asked.borrow_mut().insert(p.to_string());
+        read_at(repo, plan.base, p)
+    };
+    let before = toolchain.prepare(&read_base, pr, tools, sandbox)?;
+    let changed: Vec<String> = asked.into_inner().into_iter().filter(|p| plan.all_paths.contains(p)).collect();
+    if changed.is_empty() {
+        return Ok(SideEnvs { before, after: None, after_failed: None });
+    }
+    let read_after = |p: &str| {
+        if plan.all_paths.iter().any(|c| c == p) {
+            read_at(repo, plan.head, p)
+        } else {
+            read_at(repo, plan.base, p)
+        }
+    };
+    match toolchain.prepare(&read_after, pr, tools, sandbox) {
+        Ok(after) if after.env.key == before.env.key => Ok(SideEnvs { before, after: None, after_failed: None }),
+        Ok(after) => Ok(SideEnvs { before, after: Some(after.env), after_failed: None }),
+        Err(stop) => {
+            let why =
+                format!("the PR changes {}, yet its own environment failed ({})", changed.join(", "), stop.reason);
+            Ok(SideEnvs { before, after: None, after_failed: Some((stop.row, why)) })
+        }
+    }
 }
 
 /// A file's text at a commit.
@@ -505,7 +550,7 @@ pub fn verify_pr(
         log_tail: String::new(),
         seconds: 0.0,
     };
-    let mut result = PrResult { verification: v.clone(), tests: Vec::new(), env: None };
+    let mut result = PrResult { verification: v.clone(), tests: Vec::new(), envs: Vec::new() };
     // Ok: the runs' verdict; Err: what stopped the PR before a verdict.
     let outcome = (|| -> std::result::Result<(Status, String), (Status, String)> {
         let plan = plan(repo, pr).map_err(|e| (Status::PatchFailed, format!("{e:#}")))?;
@@ -529,25 +574,41 @@ pub fn verify_pr(
                 ),
             ));
         }
-        let env = match prepare_env(repo, plan.base, toolchain, pr, tools, sandbox) {
-            Ok(Prepared { env, version }) => {
-                v.package_version = version;
-                env
-            }
+        let envs = match prepare_sides(repo, &plan, toolchain, pr, tools, sandbox) {
+            Ok(envs) => envs,
             Err(stop) => {
                 v.package_version = stop.version;
                 if let Some(row) = stop.row {
                     v.env_key = row.env_key.clone();
-                    result.env = Some(*row);
+                    result.envs.push(*row);
                 }
                 return Err((stop.status, stop.reason));
             }
         };
+        let env = &envs.before.env;
+        v.package_version = envs.before.version.clone();
         v.env_key = env.key.clone();
-        result.env = Some(env.row.clone());
+        result.envs.push(env.row.clone());
+        if let Some(after) = &envs.after {
+            result.envs.push(after.row.clone());
+        }
+        if let Some((Some(row), _)) = &envs.after_failed {
+            result.envs.push((**row).clone());
+        }
         let work = work_dir(tools, pr);
         let _ = std::fs::remove_dir_all(&work);
-        let sides = run_sides(repo, &plan, &modules, &env, tools, sandbox, cfg, &work, &pr.repo_name, pr.pr_number);
+        let sides = run_sides(
+            repo,
+            &plan,
+            &modules,
+            [env, envs.after()],
+            tools,
+            sandbox,
+            cfg,
+            &work,
+            &pr.repo_name,
+            pr.pr_number,
+        );
         if !cfg.keep_trees {
             let _ = std::fs::remove_dir_all(&work);
         }
@@ -567,8 +628,11 @@ pub fn verify_pr(
                 }
             }
         }
-        let (status, why, verdict) =
+        let (status, mut why, verdict) =
             judge::pr_verdict(env.runner.as_ref(), &sides.before, &sides.after, &sides.after_tail, cfg.repeat);
+        if let Some((_, note)) = &envs.after_failed {
+            why = format!("{why}; the after side ran in the merge base's environment: {note}");
+        }
         let Verdict { fail_to_pass, pass_to_pass, flaky, .. } = verdict;
         v.fail_to_pass = fail_to_pass;
         v.pass_to_pass = pass_to_pass;

@@ -18,14 +18,14 @@ pub(super) struct Sides {
     pub after_tail: String,
 }
 
-/// Materializes each side, runs its build steps, and runs its tests `repeat` times; a side
+/// Materializes each side, runs its build steps in its environment (`envs`: before, after), and runs its tests `repeat` times; a side
 /// that cannot run ends the PR with its status ([`super::judge::side_run`]).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn run_sides(
     repo: &Repository,
     plan: &Plan,
     modules: &[String],
-    env: &Env,
+    envs: [&Env; 2],
     tools: &Tools,
     sandbox: &Sandbox,
     cfg: &VerifyConfig,
@@ -34,7 +34,7 @@ pub(super) fn run_sides(
     pr_number: i64,
 ) -> std::result::Result<Sides, (Status, String)> {
     let mut sides = Sides { before: Vec::new(), after: Vec::new(), after_tail: String::new() };
-    for side in [Side::Before, Side::After] {
+    for (side, env) in [Side::Before, Side::After].into_iter().zip(envs) {
         let name = side.as_str();
         let dir = work.join(name);
         let tree = dir.join("tree");

@@ -38,7 +38,7 @@ pub(crate) fn verify_dir() -> PathBuf {
 }
 
 const PYPROJECT: &str =
-    "[project]\nname = \"calc\"\nversion = \"1.2.0\"\nrequires-python = \">=3.8\"\ndependencies = []\n";
+    "[project]\nname = \"calc\"\nversion = \"1.2.0\"\nrequires-python = \">=3.8\"\ndependencies = [\"packaging==21.3\"]\n";
 const CALC: &str = "def mean(xs):\n    return sum(xs) / len(xs)\n\n\ndef double(x):\n    return x * 2\n";
 const TESTS: &str =
     "from calc import double, mean\n\n\ndef test_mean():\n    assert mean([1, 2, 3]) == 2\n\n\ndef test_double():\n    assert double(2) == 4\n";
@@ -1027,12 +1027,16 @@ async fn node_test_prs_verify_after_their_build_step_with_two_at_once() {
     assert_eq!(format!("{v:?}"), format!("{again:?}"));
 }
 
-const CLI_PYPROJECT: &str = "[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"calc-cli\"\nversion = \"0.9.1\"\nrequires-python = \">=3.8\"\ndependencies = []\n\n[project.scripts]\ncalc = \"calc_cli:main\"\n";
+const CLI_PYPROJECT: &str = "[build-system]\nrequires = [\"setuptools>=61\"]\nbuild-backend = \"setuptools.build_meta\"\n\n[project]\nname = \"calc-cli\"\nversion = \"0.9.1\"\nrequires-python = \">=3.8\"\ndependencies = [\"packaging==21.3\"]\n\n[project.scripts]\ncalc = \"calc_cli:main\"\n";
 const CLI_MODULE: &str = "import sys\nfrom importlib.metadata import version\n\n__version__ = version(\"calc-cli\")\n\n\ndef main():\n    print(sum(int(a) for a in sys.argv[1:]))\n";
 const CLI_TESTS: &str = "import subprocess\n\nimport calc_cli\n\n\ndef test_version():\n    assert calc_cli.__version__ == \"0.9.1\"\n\n\ndef test_script_adds():\n    assert subprocess.run([\"calc\", \"1\", \"2\"], capture_output=True, text=True).stdout == \"3\\n\"\n";
 
+const CLI_VERSIONS: &str = "from packaging.version import InvalidVersion, parse\n\n\ndef parse_version(text):\n    try:\n        return parse(text)\n    except InvalidVersion:\n        return None\n";
+const CLI_VERSION_TESTS: &str = "from calc_cli.versions import parse_version\n\n\ndef test_not_a_version():\n    assert parse_version(\"not a version\") is None\n\n\ndef test_a_version():\n    assert str(parse_version(\"1.2\")) == \"1.2\"\n";
+
 /// acme/calc-cli: a project whose tests need it installed (its version from its own metadata,
-/// its console script), with one merged PR that changes what the script prints.
+/// its console script), with two merged PRs: one changes what the script prints, one bumps the
+/// dependency its fix needs.
 fn make_cli_repo(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     git(dir, &["init", "-q"]);
@@ -1063,6 +1067,21 @@ fn make_cli_repo(dir: &Path) {
         t0 + 1500,
         "Merge pull request #1 from alice/floats\n\ncalc adds fractions too\n\nThe reported case works now.\nFixes #7",
     );
+    // A fix that is a dependency bump: packaging 22 raises on what 21.3 parsed as a legacy
+    // version, which the module already turns into None.
+    write(dir, "src/calc_cli/versions.py", CLI_VERSIONS);
+    commit(dir, BOB, t0 + 2000, "versions helper");
+    git(dir, &["checkout", "-q", "-b", "packaging-22"]);
+    write(dir, "pyproject.toml", &CLI_PYPROJECT.replace("packaging==21.3", "packaging==22.0"));
+    write(dir, "tests/test_versions.py", CLI_VERSION_TESTS);
+    commit(dir, ALICE, t0 + 3000, "Not a version is None: packaging 22");
+    git(dir, &["checkout", "-q", "main"]);
+    merge(
+        dir,
+        "packaging-22",
+        t0 + 3500,
+        "Merge pull request #2 from alice/packaging-22\n\nNot a version is None: packaging 22\n\nThe reported case works now.\nFixes #8",
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -1072,16 +1091,23 @@ async fn a_project_whose_tests_need_it_installed_is_installed_per_side() {
     }
     let fx = Fixture::new("acme/calc-cli", make_cli_repo, false);
     let out = swelake(&[&["run", "verify"][..], &fx.common()].concat(), &[]);
-    assert!(out.contains("status:verified: 1"), "{out}");
+    assert!(out.contains("status:verified: 2"), "{out}");
     let lake = Lake::open(&fx.lake).unwrap();
     let ctx = lake.session().await.unwrap();
     let v: Vec<Verdict> = verdicts(&ctx).await;
     // Its metadata and its script are there on both sides: the installed project's.
     assert_eq!(v[0].fail_to_pass, ["tests/test_cli.py::test_script_adds_fractions"], "{v:#?}");
     assert_eq!(v[0].pass_to_pass, ["tests/test_cli.py::test_script_adds", "tests/test_cli.py::test_version"], "{v:#?}");
-    let relaxed: Vec<(Vec<String>,)> = swelake::query::rows(&ctx, "SELECT relaxed FROM environments").await.unwrap();
-    assert!(
-        relaxed[0].0.iter().any(|r| r.contains("installed into each side's tree (console scripts)")),
-        "{relaxed:?}"
-    );
+    // The bump's test fails on the merge base's packaging and passes on the PR's own.
+    assert_eq!(v[1].fail_to_pass, ["tests/test_versions.py::test_not_a_version"], "{v:#?}");
+    assert!(v[1].pass_to_pass.contains(&"tests/test_versions.py::test_a_version".to_string()), "{v:#?}");
+    assert_eq!(v[0].env_key, v[1].env_key, "the verdict names the merge base's environment");
+    let envs: Vec<(String, Vec<String>, Vec<String>)> =
+        swelake::query::rows(&ctx, "SELECT env_key, relaxed, packages FROM environments ORDER BY env_key")
+            .await
+            .unwrap();
+    assert_eq!(envs.len(), 2, "the merge base's environment and the bump's: {envs:?}");
+    let with = |pin: &str| envs.iter().filter(|e| e.2.iter().any(|p| p == pin)).count();
+    assert_eq!((with("packaging==21.3"), with("packaging==22.0")), (1, 1), "{envs:?}");
+    assert!(envs[0].1.iter().any(|r| r.contains("installed into each side's tree (console scripts)")), "{envs:?}");
 }
