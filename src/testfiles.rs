@@ -51,6 +51,13 @@ pub fn in_test_dir(path: &str) -> bool {
     path.split('/').any(|seg| TEST_DIRS.contains(&seg))
 }
 
+/// Whether a test path by SWE-bench's rule is a test: code, or a file in a test directory
+/// (its data, its snapshots). `.github/workflows/tests.yaml` and `requirements/tests.txt`
+/// have `test` in their paths and are neither.
+pub fn is_test_change(path: &str) -> bool {
+    is_test_path(path) && (crate::lang::language(path).is_some() || in_test_dir(path))
+}
+
 /// Whether `path`, a test path by SWE-bench's rule, is a file `toolchain`'s runner takes.
 pub fn runnable(toolchain: &str, path: &str) -> bool {
     let Some(rule) = RULES.iter().find(|r| r.toolchain == toolchain) else { return false };
@@ -63,6 +70,16 @@ pub fn runnable(toolchain: &str, path: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn ci_workflows_and_requirement_lists_are_not_test_changes() {
+        for p in ["tests/test_jws.py", "tests/conftest.py", "tests/res/expected.json", "src/testing.py", "e2e/app.ts"] {
+            assert!(super::is_test_change(p), "{p}");
+        }
+        for p in [".github/workflows/tests.yaml", "requirements/tests.txt", "test-requirements.txt", "pytest.ini"] {
+            assert!(!super::is_test_change(p), "{p}");
+        }
+    }
+
     use super::*;
 
     #[test]

@@ -561,6 +561,16 @@ pub fn verify_pr(
                 "the PR changes no test file (SWE-bench's rule: a path with test or e2e)".into(),
             ));
         }
+        if !plan.test_paths.iter().any(|p| crate::testfiles::is_test_change(p)) {
+            return Err((
+                Status::NoTestChange,
+                format!(
+                    "the PR changes no test file: its paths with test in them are neither code nor in a test \
+                     directory ({})",
+                    plan.test_paths.join(", ")
+                ),
+            ));
+        }
         let toolchain = toolchain_at(repo, plan.base).map_err(|why| (Status::ToolchainUnavailable, why))?;
         let modules = modules_for(toolchain, &plan);
         v.test_files = modules.clone();

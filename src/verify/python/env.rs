@@ -289,7 +289,12 @@ pub fn prepare(
                     row.relaxed.push(format!("the project is installed into each side's tree ({why})"));
                     super::Install { tools: tools.clone(), as_of: as_of.to_string(), floor: floor.to_string() }
                 });
-                let runner = super::Pytest { venv: venv.clone(), python_prefix: tools.python_prefix.clone(), install };
+                let runner = super::Pytest {
+                    venv: venv.clone(),
+                    python_prefix: tools.python_prefix.clone(),
+                    install,
+                    junit_family: super::takes_junit_family(&row.packages),
+                };
                 return Ok(Env { key, dir: venv, row, runner: Arc::new(runner) });
             }
             Ok((Err((e, lock)), _)) => {

@@ -115,6 +115,18 @@ pub struct Pytest {
     pub python_prefix: PathBuf,
     /// When the tree must be installed to run its tests ([`spec::Spec::install_reason`]).
     pub install: Option<Install>,
+    /// Whether its pytest takes `-o junit_family=xunit1` (5.4 and later need it to report each
+    /// test's file; pytest before 3.0 has no `-o` and refuses the run).
+    pub junit_family: bool,
+}
+
+/// Whether a lock's pytest is 5.4 or later (or not pinned there: today's).
+pub fn takes_junit_family(lock: &[String]) -> bool {
+    let Some(v) = lock.iter().find_map(|l| l.strip_prefix("pytest==")) else { return true };
+    let mut parts = v.split('.').map(|x| x.chars().take_while(char::is_ascii_digit).collect::<String>());
+    let major: u32 = parts.next().and_then(|x| x.parse().ok()).unwrap_or(u32::MAX);
+    let minor: u32 = parts.next().and_then(|x| x.parse().ok()).unwrap_or(0);
+    (major, minor) >= (5, 4)
 }
 
 /// How a side's tree is installed: uv and the interpreter, the PR's day and the build
@@ -165,13 +177,11 @@ impl TestRunner for Pytest {
             "pytest".into(),
             "-p".into(),
             "no:cacheprovider".into(),
-            "-o".into(),
-            "junit_family=xunit1".into(),
-            format!("--junitxml={}", junit.display()),
-            "-q".into(),
-            "--color=no".into(),
-            "-rN".into(),
         ];
+        if self.junit_family {
+            argv.extend(["-o".into(), "junit_family=xunit1".into()]);
+        }
+        argv.extend([format!("--junitxml={}", junit.display()), "-q".into(), "--color=no".into(), "-rN".into()]);
         if !ctx.cfg.whole_suite {
             argv.extend(modules.iter().cloned());
         }
@@ -231,5 +241,19 @@ impl TestRunner for Pytest {
             .or(lines.last())
             .map(|l| l.trim_start_matches('E').trim().to_string())
             .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn junit_family_only_where_pytest_has_it() {
+        let lock = |v: &str| vec!["py==1.4.31".to_string(), format!("pytest=={v}")];
+        assert!(!super::takes_junit_family(&lock("2.8.5")));
+        assert!(!super::takes_junit_family(&lock("5.3.5")));
+        assert!(super::takes_junit_family(&lock("5.4.0")));
+        assert!(super::takes_junit_family(&lock("8.3.2")));
+        assert!(super::takes_junit_family(&lock("10.0.0rc1")));
+        assert!(super::takes_junit_family(&["iniconfig==2.0.0".to_string()]));
     }
 }
