@@ -70,6 +70,9 @@ pub struct VerifyConfig {
     /// day); empty: `python` alone.
     pub pythons: Vec<String>,
     pub uv_version: String,
+    /// A uv that still reads `.tar.bz2`/`.tar.xz` sdists (uv of 2026 refuses them by name, and
+    /// every Twisted before 21.2 is one), for a resolution `uv_version` refuses; "": none.
+    pub uv_legacy_version: String,
     pub sandbox: String,
     pub memory_mb: u64,
     pub max_processes: u64,

@@ -31,14 +31,20 @@ use crate::verify::sandbox::{read_output, write_output, Mounts, RunOptions, Sand
 use crate::verify::toolchain::{build_once, key_of, one_line, Env, EnvRow, Tools};
 use crate::verify::VerifyConfig;
 
+/// A uv binary fetched on first use, shared by every interpreter of a run; `Err`: why there
+/// is none.
+pub type FetchedUv = Arc<OnceLock<std::result::Result<PathBuf, String>>>;
+
 /// uv and one interpreter: what an environment is built with.
 #[derive(Debug, Clone)]
 pub struct PyTools {
     /// uv, fetched the first time a Python environment needs it (a lake of JavaScript
     /// repositories never asks PyPI for it); `Err`: why it could not be had. Shared by every
     /// interpreter of a run.
-    uv: Arc<OnceLock<std::result::Result<PathBuf, String>>>,
+    uv: FetchedUv,
     uv_version: String,
+    /// `[verify] uv_legacy_version` and its uv, fetched the first time a resolution needs it.
+    legacy: Option<(String, FetchedUv)>,
     /// The interpreter whose pip fetches uv: the newest of the run's, the same whichever
     /// interpreter a PR gets (pip of 3.6 finds no uv release for it).
     uv_fetcher: PathBuf,
@@ -67,6 +73,8 @@ impl PyTools {
         PyTools {
             uv: kit.uv.clone(),
             uv_version: kit.uv_version.clone(),
+            legacy: (!kit.uv_legacy_version.is_empty() && kit.uv_legacy_version != kit.uv_version)
+                .then(|| (kit.uv_legacy_version.clone(), kit.legacy_uv.clone())),
             uv_fetcher: kit.newest().map_or_else(|| interp.exe.clone(), |i| i.exe.clone()),
             python: interp.exe.clone(),
             python_version: interp.version.clone(),
@@ -83,6 +91,12 @@ impl PyTools {
                 fetch_uv(&self.uv_version, &self.root, &python).map_err(|e| format!("{e:#}"))
             })
             .clone()
+    }
+
+    /// These tools with the legacy uv in place of uv, when one is configured.
+    fn with_legacy_uv(&self) -> Option<PyTools> {
+        let (version, uv) = self.legacy.clone()?;
+        Some(PyTools { uv, uv_version: version, legacy: None, ..self.clone() })
     }
 
     /// The interpreter's prefix to mount read-only into a sandbox.
@@ -230,9 +244,10 @@ const BUILD_BACKENDS: &[&str] =
 /// later (its first releases that support it).
 fn interpreter_floor(minor: &str) -> Option<&'static str> {
     Some(match minor {
-        // uv builds an sdist without a pyproject.toml with setuptools>=40.8.0 (2019-01-29):
-        // older interpreters' build backends float no earlier than that.
-        "3.6" | "3.7" => "2019-02-01T00:00:00Z",
+        // uv builds an sdist without a pyproject.toml with setuptools>=40.8.0, on PyPI between
+        // 2019-02-01 (uv finds only 40.7.1 as of then) and 2019-02-06: older interpreters'
+        // build backends float no earlier than that.
+        "3.6" | "3.7" => "2019-02-06T00:00:00Z",
         "3.8" => "2019-12-14T00:00:00Z",
         "3.9" => "2020-12-05T00:00:00Z",
         "3.10" => "2021-12-04T00:00:00Z",
@@ -273,21 +288,24 @@ pub fn prepare(
     let mut tooling_relaxed = false;
     let mut first_lock: Option<Vec<String>> = None;
     let mut errors: Vec<String> = Vec::new();
+    let mut tools = std::borrow::Cow::Borrowed(tools);
+    let mut legacy_note: Option<String> = None;
     // Each failure may float one more thing; a few rounds settle every case seen.
     for _ in 0..10 {
         let per_package: Vec<String> = floated.iter().map(|n| format!("{n}={floor}")).collect();
-        let attempt = resolve(tools, sandbox, &row.requirements, as_of, &per_package)
-            .map(|lock| (install(tools, &lock, sandbox).map_err(|e| (e, lock.clone())), lock));
+        let attempt = resolve(&tools, sandbox, &row.requirements, as_of, &per_package)
+            .map(|lock| (install(&tools, &lock, sandbox).map_err(|e| (e, lock.clone())), lock));
         let err = match attempt {
             Ok((Ok((key, venv, fresh)), lock)) => {
                 row.relaxed = relaxed_pins(first_lock.as_deref().unwrap_or(&[]), &lock, &floated);
+                row.relaxed.extend(legacy_note.take());
                 row.packages = lock;
                 row.env_key = key.clone();
                 row.status = "ready".into();
                 row.seconds = if fresh { started.elapsed().as_secs_f64() } else { 0.0 };
                 let install = spec.install_reason.as_ref().map(|why| {
                     row.relaxed.push(format!("the project is installed into each side's tree ({why})"));
-                    super::Install { tools: tools.clone(), as_of: as_of.to_string(), floor: floor.to_string() }
+                    super::Install { tools: tools.as_ref().clone(), as_of: as_of.to_string(), floor: floor.to_string() }
                 });
                 let runner = super::Pytest {
                     venv: venv.clone(),
@@ -305,6 +323,16 @@ pub fn prepare(
         };
         let text = format!("{err:#}");
         errors.push(text.clone());
+        // A release of the PR's day refused by its file's name is what its day installed:
+        // the legacy uv reads it, before anything floats.
+        if let (Some((sdist, _)), None) = (refused_sdist(&text), &legacy_note) {
+            if let Some(legacy) = tools.with_legacy_uv() {
+                legacy_note =
+                    Some(format!("uv {} (uv {} refuses {sdist} by its name)", legacy.uv_version, tools.uv_version));
+                tools = std::borrow::Cow::Owned(legacy);
+                continue;
+            }
+        }
         if let Some(pkg) = failed_build(&text).filter(|p| !floated.contains(p)) {
             floated.insert(pkg);
             continue;
@@ -318,7 +346,7 @@ pub fn prepare(
             }
             // The tooling's closure as of the floor: resolved alone, then floated together.
             let builders: Vec<String> = BUILD_BACKENDS.iter().map(|n| format!("{n}={floor}")).collect();
-            match resolve(tools, sandbox, &tooling, floor, &builders) {
+            match resolve(&tools, sandbox, &tooling, floor, &builders) {
                 Ok(closure) => floated.extend(closure.iter().map(|p| requirement_name(p))),
                 Err(e) => errors.push(format!("the test tooling alone as of {floor}: {e:#}")),
             }
@@ -409,13 +437,22 @@ fn failed_build(text: &str) -> Option<String> {
     if let Some(c) = re.captures(text) {
         return Some(normalize(&c[1]));
     }
-    let refused = regex::Regex::new(
-        r"([A-Za-z0-9][A-Za-z0-9._]*?)-\d[A-Za-z0-9.+!_]*\.(?:tar\.bz2|tar\.xz|tar\.gz|tgz|tar|zip|egg)\b",
+    refused_sdist(text).map(|(_, package)| package)
+}
+
+/// What uv refused by its file's name — the sdist (`Twisted-19.10.0.tar.bz2`), or "every
+/// sdist of twisted" — and the package's normal name.
+fn refused_sdist(text: &str) -> Option<(String, String)> {
+    let file = regex::Regex::new(
+        r"(([A-Za-z0-9][A-Za-z0-9._]*?)-\d[A-Za-z0-9.+!_]*\.(?:tar\.bz2|tar\.xz|tar\.gz|tgz|tar|zip|egg))\b",
     )
     .expect("a valid pattern");
-    text.lines()
-        .filter(|l| l.contains("PEP 625") || l.contains("source distribution filename"))
-        .find_map(|l| refused.captures(l).map(|c| normalize(&c[1])))
+    let every = regex::Regex::new(r"all versions of ([A-Za-z0-9._-]+) have a non-PEP 625").expect("a valid pattern");
+    text.lines().filter(|l| l.contains("PEP 625") || l.contains("source distribution filename")).find_map(|l| {
+        file.captures(l)
+            .map(|c| (c[1].to_string(), normalize(&c[2])))
+            .or_else(|| every.captures(l).map(|c| (format!("every sdist of {}", &c[1]), normalize(&c[1]))))
+    })
 }
 
 /// `name==version` lines resolved by uv for `requirements` as of `as_of`, cached on disk by
@@ -571,5 +608,10 @@ mod tests {
             failed_build("error: Not a PEP 625-compliant source distribution filename: `Twisted-19.10.0.tar.bz2`"),
             Some("twisted".into())
         );
+        // uv 0.13's words when no release of the day has a wheel.
+        let every = "cause: Because all versions of twisted have a non-PEP 625-compliant source distribution filename \
+                     and you require twisted, we can conclude that your requirements are unsatisfiable.";
+        assert_eq!(refused_sdist(every), Some(("every sdist of twisted".into(), "twisted".into())));
+        assert_eq!(failed_build(every), Some("twisted".into()));
     }
 }

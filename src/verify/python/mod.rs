@@ -7,7 +7,7 @@ pub mod interp;
 pub mod spec;
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
@@ -26,8 +26,10 @@ pub struct Python;
 pub struct PythonKit {
     pub interpreters: Vec<Interpreter>,
     pub problems: Vec<String>,
-    uv: Arc<OnceLock<std::result::Result<PathBuf, String>>>,
+    uv: env::FetchedUv,
     uv_version: String,
+    legacy_uv: env::FetchedUv,
+    uv_legacy_version: String,
     root: PathBuf,
 }
 
@@ -61,6 +63,8 @@ pub fn kit(tools: &Tools) -> Arc<PythonKit> {
             problems,
             uv: Arc::default(),
             uv_version: t.cfg.uv_version.clone(),
+            legacy_uv: Arc::default(),
+            uv_legacy_version: t.cfg.uv_legacy_version.clone(),
             root: t.root.clone(),
         }
     })
