@@ -110,10 +110,16 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
             regex::Regex::new(re).ok().and_then(|r| r.captures(&text)).map(|c| quoted(&c[1])).unwrap_or_default()
         };
         if s.dependencies.is_empty() {
-            s.dependencies = list(r"(?s)install_requires\s*=\s*\[(.*?)\]");
+            // `install_requires=[...]`, or `INSTALL_REQUIRES = [...]` passed to setup() by name.
+            s.dependencies = list(r"(?si)install_requires\s*=\s*\[(.*?)\]");
         }
         if s.test_requirements.is_empty() {
-            s.test_requirements = list(r#"(?s)["'](?:tests?|testing|dev)["']\s*:\s*\[(.*?)\]"#);
+            // The tests extra where there is one: a `dev` extra listed before it may hold
+            // nothing the tests import (structlog's `"dev": ["colorama"]`).
+            s.test_requirements = list(r#"(?s)["'](?:tests?|testing)["']\s*:\s*\[(.*?)\]"#);
+            if s.test_requirements.is_empty() {
+                s.test_requirements = list(r#"(?s)["']dev["']\s*:\s*\[(.*?)\]"#);
+            }
         }
         if s.classifiers.is_empty() {
             s.classifiers = python_classifiers(&text);
@@ -167,12 +173,25 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
         if let Some(text) = read("tox.ini") {
             s.files.push("tox.ini".into());
             let deps = ini_value(&text, "testenv", "deps").unwrap_or_default();
+            // Factors are alternative environments: `threads: twisted` and `oldtwisted:
+            // twisted < 17` cannot both hold, so a package keeps its first line.
+            let mut factored: Vec<String> = Vec::new();
             for line in lines(&deps) {
                 let line = line.replace("{toxinidir}/", "");
-                let Some(line) = tox_dep(&line) else { continue };
+                let Some((line, factor)) = tox_dep(&line) else { continue };
                 if let Some(file) = line.strip_prefix("-r").map(str::trim) {
                     s.test_requirements.extend(requirements_file(file, read, &mut s.files, 0).unwrap_or_default());
                 } else if !line.starts_with('-') && !line.starts_with('.') && !line.contains('{') {
+                    if factor {
+                        factored.push(line);
+                    } else {
+                        s.test_requirements.push(line);
+                    }
+                }
+            }
+            for line in factored {
+                let name = requirement_name(&line);
+                if !s.test_requirements.iter().any(|r| requirement_name(r) == name) {
                     s.test_requirements.push(line);
                 }
             }
@@ -287,14 +306,15 @@ pub fn major_minor(version: &str) -> String {
 
 /// A line of tox's `deps`: `factor: dep` keeps `dep` unless every factor names a Python version
 /// (`py26,py33: py<1.5` pins for interpreters of their own).
-fn tox_dep(line: &str) -> Option<String> {
+/// The dep, and whether it belongs to a factor.
+fn tox_dep(line: &str) -> Option<(String, bool)> {
     let re = regex::Regex::new(r"^([A-Za-z0-9_,!\-]+):\s+(.*)$").expect("a valid pattern");
-    let Some(c) = re.captures(line) else { return Some(line.to_string()) };
+    let Some(c) = re.captures(line) else { return Some((line.to_string(), false)) };
     let version = regex::Regex::new(r"^!?(py|pypy)\d*$").expect("a valid pattern");
     if c[1].split(',').all(|f| version.is_match(f)) {
         None
     } else {
-        Some(c[2].trim().to_string())
+        Some((c[2].trim().to_string(), true))
     }
 }
 
@@ -535,6 +555,21 @@ mod tests {
     }
 
     #[test]
+    fn the_tests_extra_before_dev_and_one_line_per_package_of_tox_factors() {
+        // structlog's setup.py and tox.ini of January 2018.
+        let files = |p: &str| -> Option<String> {
+            match p {
+                "setup.py" => Some("INSTALL_REQUIRES = [\"six\"]\nEXTRAS_REQUIRE = {\n    \"dev\": [\"colorama\"],\n    \"tests\": [\n        \"coverage\",\n        \"freezegun>=0.2.8\",\n        \"pretend\",\n    ],\n}\nsetup(install_requires=INSTALL_REQUIRES, extras_require=EXTRAS_REQUIRE)\n".into()),
+                "tox.ini" => Some("[testenv]\nextras = tests\ndeps =\n    greenlets: greenlet\n    threads,greenlets,colorama: twisted\n    oldtwisted: twisted < 17\n    py36: python-rapidjson\n".into()),
+                _ => None,
+            }
+        };
+        let s = read_spec(&files);
+        assert_eq!(s.dependencies, ["six"]);
+        assert_eq!(s.test_requirements, ["coverage", "freezegun>=0.2.8", "pretend", "greenlet", "twisted"]);
+    }
+
+    #[test]
     fn a_pyproject_project_drops_itself_and_gains_pytest() {
         let files = |p: &str| -> Option<String> {
             (p == "pyproject.toml").then(|| {
@@ -545,9 +580,9 @@ mod tests {
         assert!(s.is_python());
         assert_eq!(s.requirements(false), ["colorama; platform_system == 'Windows'", "pytest"]);
         assert_eq!(requirement_name("MarkupSafe>=2.0"), "markupsafe");
-        assert_eq!(tox_dep("normal: pyopenssl").as_deref(), Some("pyopenssl"));
+        assert_eq!(tox_dep("normal: pyopenssl"), Some(("pyopenssl".into(), true)));
         assert_eq!(tox_dep("py26,py33: py<1.5"), None);
-        assert_eq!(tox_dep("pytest-xprocess").as_deref(), Some("pytest-xprocess"));
+        assert_eq!(tox_dep("pytest-xprocess"), Some(("pytest-xprocess".into(), false)));
         assert_eq!(requirement_name("zope.interface[test]"), "zope-interface");
     }
 
