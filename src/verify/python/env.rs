@@ -93,8 +93,13 @@ impl PyTools {
             .clone()
     }
 
-    /// These tools with the legacy uv in place of uv, when one is configured.
+    /// These tools with the legacy uv in place of uv, when one is configured and takes this
+    /// interpreter (uv 0.8 refuses Pythons before 3.8, which uv 0.13 still drives).
     fn with_legacy_uv(&self) -> Option<PyTools> {
+        let minor: u32 = self.python_version.split('.').nth(1).and_then(|m| m.parse().ok())?;
+        if minor < 8 {
+            return None;
+        }
         let (version, uv) = self.legacy.clone()?;
         Some(PyTools { uv, uv_version: version, legacy: None, ..self.clone() })
     }
