@@ -226,12 +226,15 @@ impl TestRunner for Pytest {
         }
     }
 
-    fn missing_report(&self, _side: Side, code: Option<i32>) -> Missing {
-        // pytest's exit status 5: no test was collected.
-        if code == Some(5) {
-            Missing::NoTests
-        } else {
-            Missing::Failed
+    fn missing_report(&self, side: Side, code: Option<i32>) -> Missing {
+        match (side, code) {
+            // pytest's exit status 5: no test was collected.
+            (_, Some(5)) => Missing::NoTests,
+            // 4 before any report: a conftest.py that does not import — the PR's test changes
+            // import what its fix adds, so its tests are absent before it, as a test module
+            // that does not collect. (After the fix the same is the environment's failure.)
+            (Side::Before, Some(4)) => Missing::Absent,
+            _ => Missing::Failed,
         }
     }
 

@@ -106,32 +106,38 @@ pub fn read_spec(read: &dyn Fn(&str) -> Option<String>) -> Spec {
     }
     if let Some(text) = read("setup.py") {
         s.files.push("setup.py".into());
-        let list = |re: &str| -> Vec<String> {
-            regex::Regex::new(re).ok().and_then(|r| r.captures(&text)).map(|c| quoted(&c[1])).unwrap_or_default()
+        // The list after a match of `opening` (which ends at its `[`), to its own `]`: a
+        // requirement's extras (`coverage[toml]`) do not end it.
+        let list = |opening: &str| -> Vec<String> {
+            let Some(m) = regex::Regex::new(opening).ok().and_then(|r| r.find(&text)) else { return Vec::new() };
+            quoted(bracketed(&text[m.end()..]))
+        };
+        let first = |re: &str| -> Option<String> {
+            regex::Regex::new(re).ok()?.captures(&text).and_then(|c| quoted(&c[1]).into_iter().next())
         };
         if s.dependencies.is_empty() {
             // `install_requires=[...]`, or `INSTALL_REQUIRES = [...]` passed to setup() by name.
-            s.dependencies = list(r"(?si)install_requires\s*=\s*\[(.*?)\]");
+            s.dependencies = list(r"(?si)install_requires\s*=\s*\[");
         }
         if s.test_requirements.is_empty() {
             // The tests extra where there is one: a `dev` extra listed before it may hold
             // nothing the tests import (structlog's `"dev": ["colorama"]`).
-            s.test_requirements = list(r#"(?s)["'](?:tests?|testing)["']\s*:\s*\[(.*?)\]"#);
+            s.test_requirements = list(r#"["'](?:tests?|testing)["']\s*:\s*\["#);
             if s.test_requirements.is_empty() {
-                s.test_requirements = list(r#"(?s)["']dev["']\s*:\s*\[(.*?)\]"#);
+                s.test_requirements = list(r#"["']dev["']\s*:\s*\["#);
             }
         }
         if s.classifiers.is_empty() {
             s.classifiers = python_classifiers(&text);
         }
         if s.name.is_none() {
-            s.name = list(r#"(?s)\bname\s*=\s*(["'][^"']+["'])"#).into_iter().next();
+            s.name = first(r#"(?s)\bname\s*=\s*(["'][^"']+["'])"#);
         }
         if s.requires_python.is_none() {
-            s.requires_python = list(r#"(?s)python_requires\s*=\s*(["'][^"']+["'])"#).into_iter().next();
+            s.requires_python = first(r#"(?s)python_requires\s*=\s*(["'][^"']+["'])"#);
         }
         if s.version.is_none() {
-            s.version = list(r#"(?s)\bversion\s*=\s*(["'][^"']+["'])"#).into_iter().next();
+            s.version = first(r#"(?s)\bversion\s*=\s*(["'][^"']+["'])"#);
         }
     }
     s.version = package_version(s.version.take(), s.name.as_deref(), read);
@@ -359,6 +365,25 @@ fn strings(v: Option<&toml::Value>) -> Vec<String> {
 }
 
 /// The quoted strings of a Python list's text.
+/// `text` up to the `]` that closes a list opened just before it (brackets inside quotes and
+/// nested lists skipped).
+fn bracketed(text: &str) -> &str {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    for (i, c) in text.char_indices() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), _) => {}
+            (None, '"' | '\'') => quote = Some(c),
+            (None, '[') => depth += 1,
+            (None, ']') if depth == 0 => return &text[..i],
+            (None, ']') => depth -= 1,
+            _ => {}
+        }
+    }
+    text
+}
+
 fn quoted(text: &str) -> Vec<String> {
     let re = regex::Regex::new(r#""([^"]*)"|'([^']*)'"#).expect("a valid pattern");
     re.captures_iter(text)
@@ -559,14 +584,14 @@ mod tests {
         // structlog's setup.py and tox.ini of January 2018.
         let files = |p: &str| -> Option<String> {
             match p {
-                "setup.py" => Some("INSTALL_REQUIRES = [\"six\"]\nEXTRAS_REQUIRE = {\n    \"dev\": [\"colorama\"],\n    \"tests\": [\n        \"coverage\",\n        \"freezegun>=0.2.8\",\n        \"pretend\",\n    ],\n}\nsetup(install_requires=INSTALL_REQUIRES, extras_require=EXTRAS_REQUIRE)\n".into()),
+                "setup.py" => Some("INSTALL_REQUIRES = [\"six\"]\nEXTRAS_REQUIRE = {\n    \"dev\": [\"colorama\"],\n    \"tests\": [\n        \"coverage[toml]\",\n        \"freezegun>=0.2.8\",\n        \"pretend\",\n    ],\n}\nsetup(install_requires=INSTALL_REQUIRES, extras_require=EXTRAS_REQUIRE)\n".into()),
                 "tox.ini" => Some("[testenv]\nextras = tests\ndeps =\n    greenlets: greenlet\n    threads,greenlets,colorama: twisted\n    oldtwisted: twisted < 17\n    py36: python-rapidjson\n".into()),
                 _ => None,
             }
         };
         let s = read_spec(&files);
         assert_eq!(s.dependencies, ["six"]);
-        assert_eq!(s.test_requirements, ["coverage", "freezegun>=0.2.8", "pretend", "greenlet", "twisted"]);
+        assert_eq!(s.test_requirements, ["coverage[toml]", "freezegun>=0.2.8", "pretend", "greenlet", "twisted"]);
     }
 
     #[test]
