@@ -317,6 +317,7 @@ pub fn prepare(
                     python_prefix: tools.python_prefix.clone(),
                     install,
                     junit_family: super::takes_junit_family(&row.packages),
+                    color_option: super::pytest_at_least(&row.packages, (3, 0)),
                 };
                 return Ok(Env { key, dir: venv, row, runner: Arc::new(runner) });
             }

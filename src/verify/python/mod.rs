@@ -122,15 +122,23 @@ pub struct Pytest {
     /// Whether its pytest takes `-o junit_family=xunit1` (5.4 and later need it to report each
     /// test's file; pytest before 3.0 has no `-o` and refuses the run).
     pub junit_family: bool,
+    /// Whether its pytest takes `--color=no` (pytest 2.4 refuses the run; its output is not a
+    /// terminal, so it writes no colours anyway).
+    pub color_option: bool,
 }
 
 /// Whether a lock's pytest is 5.4 or later (or not pinned there: today's).
 pub fn takes_junit_family(lock: &[String]) -> bool {
+    pytest_at_least(lock, (5, 4))
+}
+
+/// Whether a lock's pytest is `version` or later (or not pinned there: today's).
+pub fn pytest_at_least(lock: &[String], version: (u32, u32)) -> bool {
     let Some(v) = lock.iter().find_map(|l| l.strip_prefix("pytest==")) else { return true };
     let mut parts = v.split('.').map(|x| x.chars().take_while(char::is_ascii_digit).collect::<String>());
     let major: u32 = parts.next().and_then(|x| x.parse().ok()).unwrap_or(u32::MAX);
     let minor: u32 = parts.next().and_then(|x| x.parse().ok()).unwrap_or(0);
-    (major, minor) >= (5, 4)
+    (major, minor) >= version
 }
 
 /// How a side's tree is installed: uv and the interpreter, the PR's day and the build
@@ -185,7 +193,11 @@ impl TestRunner for Pytest {
         if self.junit_family {
             argv.extend(["-o".into(), "junit_family=xunit1".into()]);
         }
-        argv.extend([format!("--junitxml={}", junit.display()), "-q".into(), "--color=no".into(), "-rN".into()]);
+        argv.extend([format!("--junitxml={}", junit.display()), "-q".into()]);
+        if self.color_option {
+            argv.push("--color=no".into());
+        }
+        argv.push("-rN".into());
         if !ctx.cfg.whole_suite {
             argv.extend(modules.iter().cloned());
         }
@@ -262,5 +274,6 @@ mod tests {
         assert!(super::takes_junit_family(&lock("8.3.2")));
         assert!(super::takes_junit_family(&lock("10.0.0rc1")));
         assert!(super::takes_junit_family(&["iniconfig==2.0.0".to_string()]));
+        assert!(!super::pytest_at_least(&lock("2.4.2"), (3, 0)) && super::pytest_at_least(&lock("3.0.7"), (3, 0)));
     }
 }
