@@ -35,6 +35,14 @@ pub static RULES: &[Rule] = &[
         never_ending: &[".d.ts", ".d.mts", ".d.cts"],
         helper_dirs: &["fixtures/", "__fixtures__/", "__mocks__/", "__snapshots__/", "node_modules/"],
     },
+    Rule {
+        toolchain: "rust",
+        languages: &["Rust"],
+        never_named: &["build.rs"],
+        never_ending: &[],
+        // trybuild's and insta's inputs are compiled or compared by a test, not tests.
+        helper_dirs: &["fixtures/", "snapshots/", "target/"],
+    },
 ];
 
 /// Directory names that hold tests.
@@ -93,7 +101,8 @@ mod tests {
                 && !runnable("javascript", "test/__snapshots__/a.js.snap")
         );
         assert!(!runnable("javascript", "types/index.d.ts") && !runnable("javascript", "test/data.json"));
-        assert!(!runnable("rust", "tests/it/main.rs"));
+        assert!(runnable("rust", "tests/it/main.rs") && runnable("rust", "src/parser/tests.rs"));
+        assert!(!runnable("rust", "tests/fixtures/bad.rs") && !runnable("go", "x_test.go"));
         assert!(in_test_dir("src/__tests__/a.js") && !in_test_dir("src/testing_utils.py"));
     }
 }

@@ -13,7 +13,7 @@
 //!
 //! A language is a [`Toolchain`] ([`toolchain`]) in the table [`TOOLCHAINS`]: Python
 //! ([`python`]: uv, pytest) and JavaScript/TypeScript ([`javascript`]: npm; jest, vitest, mocha,
-//! ava, `node --test`, tap, tape, jasmine). A tree no toolchain claims gets
+//! ava, `node --test`, tap, tape, jasmine) and Rust ([`rust`]: cargo, libtest). A tree no toolchain claims gets
 //! `toolchain_unavailable`. The verdict is decided in one place ([`judge`]) for `verify` and
 //! `evaluate` alike.
 
@@ -23,6 +23,7 @@ pub mod judge;
 pub mod outcomes;
 pub mod python;
 mod runner;
+pub mod rust;
 pub mod sandbox;
 pub mod toolchain;
 pub mod tree;
@@ -49,10 +50,10 @@ use toolchain::{Env, EnvRow, EnvStop, Prepared, Tools};
 
 /// The toolchains, in the order they are asked whether a tree is theirs. A language is a
 /// module and a line here.
-pub static TOOLCHAINS: &[&dyn Toolchain] = &[&python::Python, &javascript::JavaScript];
+pub static TOOLCHAINS: &[&dyn Toolchain] = &[&python::Python, &javascript::JavaScript, &rust::Rust];
 
 /// Project files of languages that have no toolchain yet, for the reason their PRs get.
-const WITHOUT_TOOLCHAIN: &[(&str, &str)] = &[("Cargo.toml", "Rust"), ("go.mod", "Go")];
+const WITHOUT_TOOLCHAIN: &[(&str, &str)] = &[("go.mod", "Go")];
 
 pub const ENVIRONMENTS: &str = "environments";
 pub const PR_TESTS: &str = "pr_tests";
@@ -73,6 +74,8 @@ pub struct VerifyConfig {
     /// A uv that still reads `.tar.bz2`/`.tar.xz` sdists (uv of 2026 refuses them by name, and
     /// every Twisted before 21.2 is one), for a resolution `uv_version` refuses; "": none.
     pub uv_legacy_version: String,
+    /// Past this size (MiB) after a run, a Rust environment's target directory is emptied.
+    pub rust_target_mb: u64,
     pub sandbox: String,
     pub memory_mb: u64,
     pub max_processes: u64,
@@ -503,7 +506,7 @@ pub(crate) fn prepare_sides(
         return Ok(SideEnvs { before, after: None, after_failed: None });
     }
     let read_after = |p: &str| {
-        if plan.all_paths.iter().any(|c| c == p) {
+        if p.is_empty() || p.ends_with('/') || plan.all_paths.iter().any(|c| c == p) {
             read_at(repo, plan.head, p)
         } else {
             read_at(repo, plan.base, p)
@@ -520,9 +523,30 @@ pub(crate) fn prepare_sides(
     }
 }
 
-/// A file's text at a commit.
+/// A file's text at a commit; for a path ending in `/` (`""`: the root), the directory's
+/// entries, one a line, subdirectories ending in `/` (a workspace's `crates/*`).
 fn read_at(repo: &Repository, commit: Oid, path: &str) -> Option<String> {
     let tree = repo.find_commit(commit).ok()?.tree().ok()?;
+    if path.is_empty() || path.ends_with('/') {
+        let dir = if path.is_empty() {
+            tree
+        } else {
+            let entry = tree.get_path(Path::new(path.trim_end_matches('/'))).ok()?;
+            repo.find_tree(entry.id()).ok()?
+        };
+        let names: Vec<String> = dir
+            .iter()
+            .map(|e| {
+                let name = String::from_utf8_lossy(e.name_bytes()).to_string();
+                if e.kind() == Some(git2::ObjectType::Tree) {
+                    format!("{name}/")
+                } else {
+                    name
+                }
+            })
+            .collect();
+        return Some(names.join("\n"));
+    }
     let entry = tree.get_path(Path::new(path)).ok()?;
     let blob = repo.find_blob(entry.id()).ok()?;
     Some(String::from_utf8_lossy(blob.content()).to_string())

@@ -40,7 +40,8 @@ pub trait Toolchain: Send + Sync + 'static {
     fn test_file_kinds(&self) -> &'static str;
 
     /// The environment the PR's tests run in, as of its merge date, for the tree whose files
-    /// `read` gives (the merge base): built, or taken from the cache. `Err`: why not.
+    /// `read` gives (the merge base; a path ending in `/` gives that directory's entries, one a
+    /// line, subdirectories ending in `/`): built, or taken from the cache. `Err`: why not.
     fn prepare(
         &self,
         read: &dyn Fn(&str) -> Option<String>,
