@@ -256,6 +256,9 @@ fn resolve(rust: &RustTools, spec: &CrateSpec, root: &Path) -> Result<Resolution
     }
     let lock = std::fs::read_to_string(skel.join("Cargo.lock")).context("cargo vendor wrote no Cargo.lock")?;
     std::fs::create_dir_all(&vendor)?;
+    // Crates keep their archives' modes (fnv 1.0.7's files are 0640): the sandbox's uids read
+    // every file.
+    readable_by_all(&staging).context("opening the vendored crates to the sandbox")?;
     if let Ok(entries) = std::fs::read_dir(&staging) {
         for e in entries.filter_map(|e| e.ok()) {
             let to = vendor.join(e.file_name());
@@ -280,6 +283,28 @@ fn resolve(rust: &RustTools, spec: &CrateSpec, root: &Path) -> Result<Resolution
     std::fs::rename(&part, &cached)?;
     let _ = std::fs::remove_dir_all(&skel);
     Ok(r)
+}
+
+/// Adds read (and, for directories and executables, search) permission for everyone under
+/// `dir`, links left alone.
+fn readable_by_all(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let meta = e.path().symlink_metadata()?;
+        if meta.file_type().is_symlink() {
+            continue;
+        }
+        let mode = meta.permissions().mode();
+        let want = if meta.is_dir() || mode & 0o100 != 0 { mode | 0o555 } else { mode | 0o444 };
+        if want != mode {
+            std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(want))?;
+        }
+        if meta.is_dir() {
+            readable_by_all(&e.path())?;
+        }
+    }
+    Ok(())
 }
 
 /// The sandbox's mounts for a run of cargo in an environment.
