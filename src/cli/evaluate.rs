@@ -62,9 +62,12 @@ impl EvaluateArgs {
         if let Some(dir) = self.out.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
+        // The logs beside the report hold each run's patch, which `patch` reads from inside
+        // the run's tree: a relative --out would name it from the wrong directory.
+        let out = std::path::absolute(&self.out)?;
         let opts = crate::verify::evaluate::EvaluateOptions {
             predictions: self.predictions,
-            out: self.out.clone(),
+            out,
             mirrors,
             cfg,
             show_progress: !ctx.quiet && !self.output.json,

@@ -291,6 +291,8 @@ impl Tools {
     /// The run's tools under `[verify] dir` (else `cache/.verify`); no toolchain probed yet.
     pub fn prepare(cfg: &VerifyConfig, cache: &Path) -> Result<Tools> {
         let root = if cfg.dir.is_empty() { cache.join(".verify") } else { PathBuf::from(&cfg.dir) };
+        // Runs name their environments and trees from other working directories.
+        let root = std::path::absolute(&root).with_context(|| format!("resolving {}", root.display()))?;
         std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
         Ok(Tools { root, cfg: cfg.clone(), kits: Arc::default() })
     }
