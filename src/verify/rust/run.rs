@@ -103,7 +103,13 @@ impl TestRunner for CargoTest {
             ];
             match inv {
                 Some(inv) => {
-                    argv.extend(["-p".into(), inv.package.clone()]);
+                    // The package by its manifest, not `-p NAME`: a crate that is also a
+                    // dependency of its own dev-dependencies (bytes, through one of tokio's) makes
+                    // the name ambiguous.
+                    let dir = self.members.iter().find(|m| m.name == inv.package).map(|m| m.dir.as_str()).unwrap_or("");
+                    let manifest =
+                        if dir.is_empty() { tree.join("Cargo.toml") } else { tree.join(dir).join("Cargo.toml") };
+                    argv.extend(["--manifest-path".into(), manifest.to_string_lossy().to_string()]);
                     argv.extend(inv.target.flags());
                     argv.push("--".into());
                     argv.extend(inv.filters.iter().cloned());
