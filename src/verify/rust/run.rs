@@ -86,6 +86,7 @@ impl TestRunner for CargoTest {
         };
         // One writer of the target directory at a time.
         let _guard = lock_file(&self.target.with_extension("lock"))?;
+        fresh_sources(tree, &self.target)?;
         let started = Instant::now();
         let limit = Duration::from_secs(ctx.cfg.timeout_secs);
         let mut tests: Vec<TestResult> = Vec::new();
@@ -180,6 +181,42 @@ impl CargoTest {
             let _ = std::fs::remove_dir_all(&self.target);
         }
     }
+}
+
+/// Makes cargo see `tree`'s sources as newer than what the target holds. Cargo names a
+/// package's artifacts by its path relative to the workspace, not by where the tree is, so
+/// every PR's tree builds the same files, and it trusts them while the sources are older: a
+/// tree written before another PR's build (its worker waited for the target's lock) would run
+/// that PR's test binary. So when the target was last built from another tree, every file of
+/// this one gets the current time first; a tree's repeated runs reuse their own build.
+fn fresh_sources(tree: &Path, target: &Path) -> Result<()> {
+    let marker = target.with_extension("tree");
+    let this = tree.to_string_lossy().to_string();
+    if std::fs::read_to_string(&marker).ok().as_deref() == Some(this.as_str()) {
+        return Ok(());
+    }
+    let now = std::time::SystemTime::now();
+    touch_all(tree, now).with_context(|| format!("marking {} newer than the target", tree.display()))?;
+    std::fs::write(&marker, &this)?;
+    Ok(())
+}
+
+fn touch_all(dir: &Path, when: std::time::SystemTime) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    for e in std::fs::read_dir(dir)? {
+        let e = e?;
+        let kind = e.file_type()?;
+        if kind.is_dir() {
+            if e.file_name() != ".git" {
+                touch_all(&e.path(), when)?;
+            }
+        } else if kind.is_file() {
+            // Not through a link the tree may hold: O_NOFOLLOW.
+            let f = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(e.path())?;
+            f.set_modified(when)?;
+        }
+    }
+    Ok(())
 }
 
 /// Bytes under `dir`, links not followed.
