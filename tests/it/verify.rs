@@ -1298,6 +1298,8 @@ async fn rust_prs_verify_per_test_and_evaluate_grades_them_offline() {
         std::fs::read_to_string(fx.dir.path().join("eval/logs/acme__numparse-1/run/tree/escape-report.txt")).unwrap();
     assert!(seen.contains("no tcp") && seen.contains("no home") && seen.contains("no read"), "{seen}");
     assert!(!seen.contains("LEAKED"), "{seen}");
+    let output = std::fs::read_to_string(fx.dir.path().join("eval/logs/acme__numparse-2/test_output.txt")).unwrap();
+    assert!(output.contains("test tests::hex ... ok"), "{output}");
     assert!(matches!(listener.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock), "a connection came in");
     let empty = fx.dir.path().join("empty.jsonl");
     std::fs::write(&empty, line("acme__numparse-1", "") + &line("acme__numparse-2", "")).unwrap();

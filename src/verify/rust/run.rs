@@ -93,6 +93,8 @@ impl TestRunner for CargoTest {
         let mut compiled = 0;
         let mut first_error: Option<String> = None;
         let mut tail = String::new();
+        // Every invocation's log in one, where `evaluate` keeps a run's output.
+        let mut whole = String::new();
         for (k, inv) in invocations.iter().enumerate() {
             let mut argv = vec![
                 self.rust.cargo.to_string_lossy().to_string(),
@@ -134,6 +136,7 @@ impl TestRunner for CargoTest {
             }
             // The log is the run's own file: read without following a link it may have left.
             let text = sandbox::read_output(&log, ctx.side_dir, 64 << 20).context("reading cargo's log")?;
+            whole.push_str(&text);
             let fallback = inv.as_ref().map(|i| i.target.name().to_string()).unwrap_or_default();
             match parse(&text, &fallback) {
                 Ran::Tests(t) => {
@@ -145,6 +148,7 @@ impl TestRunner for CargoTest {
                 }
             }
         }
+        sandbox::write_output(&out.join(format!("{}.log", ctx.label)), ctx.side_dir, whole.as_bytes())?;
         self.bound_target();
         match first_error {
             Some(e) if compiled == 0 => Ok(RunOutcome::NoReport(Some(101), e)),
