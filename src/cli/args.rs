@@ -175,3 +175,42 @@ fn read_repos_file(path: &Path) -> Result<Vec<String>> {
     }
     Ok(out)
 }
+
+/// `--lake`, `--repo-url`, `--grade-jobs`: a grader of completions by their instances' tests.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct GradeArgs {
+    /// A lake whose verified instances grade completions by running their tests (with
+    /// --repo-url); its seed shards are the default --seed-shards.
+    #[arg(long, value_name = "LAKE")]
+    pub(crate) lake: Option<String>,
+    #[command(flatten)]
+    pub(crate) repo: RepoArgs,
+    /// Gradings at once, each in a sandbox of its own [default: [verify] jobs, else the cores].
+    #[arg(long, value_name = "N")]
+    pub(crate) grade_jobs: Option<usize>,
+    #[command(flatten)]
+    pub(crate) config: ConfigArg,
+}
+
+impl GradeArgs {
+    /// The grader, when a lake was given.
+    pub(crate) async fn open(&self, ctx: &Ctx) -> Result<Option<crate::verify::grade::Grader>> {
+        let Some(location) = &self.lake else { return Ok(None) };
+        let lake = ctx.open(location)?;
+        let cfg = self.config.load()?.verify;
+        let mirrors = crate::git::Mirrors::new(self.repo.required_url()?, self.repo.cache_dir());
+        let g = crate::verify::grade::Grader::open(&lake, mirrors, cfg, self.grade_jobs.unwrap_or(0)).await?;
+        eprintln!(
+            "grading against {} verified instance(s) of {location}, {} at once; sandbox: {}",
+            g.instance_count(),
+            g.jobs(),
+            g.sandbox_bounds()
+        );
+        Ok(Some(g))
+    }
+
+    /// The lake's seed shards, where they are by default.
+    pub(crate) fn seed_shards(&self) -> Option<String> {
+        self.lake.as_ref().map(|l| format!("{}/shards/seed/part-*.parquet", l.trim_end_matches('/')))
+    }
+}

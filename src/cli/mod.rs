@@ -8,6 +8,7 @@ mod ballista;
 mod bench;
 mod demo;
 mod evaluate;
+mod grader;
 mod export;
 mod ingest;
 mod relevance;
@@ -166,20 +167,36 @@ Input lines (JSON):
 Output lines: {\"id\",\"reward\",\"format_error\",\"similarities\"}; a line that cannot be scored
 gets \"reward\": null and an \"error\", the batch continues, and the exit status is 1.
 
-Rollout tables (Parquet, see schemas/rollouts.toml): `--rollouts IN --out OUT` adds reward,
-format_error and reward_error columns; context/oracle come from inline columns or, when absent,
-from --seed-shards joined on instance_id.
+Rollout tables (Parquet, see schemas/rollouts.toml): `--rollouts GLOB --out DIR` adds reward,
+format_error, reward_error, the graded predicted_patch and every mode's reward; context/oracle
+come from inline columns or, when absent, from --seed-shards joined on instance_id.
+
+Modes (--mode; each mode's value is also a column of its own, `reward` is the chosen one):
+  similarity  SWE-RL's reward, bit for bit the reference's: -1 malformed, else patch similarity
+  tests       -1 malformed, 0 unresolved (or the patch does not apply), 1 resolved
+  hybrid      -1 malformed, 1 resolved, 0 the patch does not apply, else
+              (similarity + share of FAIL_TO_PASS passed) / 4, at most 0.5
+tests and hybrid run each completion's patch against its instance's FAIL_TO_PASS and
+PASS_TO_PASS tests in the sandbox, in the environment the verify stage built (--lake,
+--repo-url): only instances `swelake run verify` verified are graded (others: reward NULL and
+the reason). A completion is a SWE-RL answer (its edits applied to the context files give the
+patch) or carries a unified diff; a distinct patch of an instance is run once.
 
 Examples:
   swelake reward --input cases.jsonl --output scored.jsonl --threads 8
   zcat cases.jsonl.gz | swelake reward > scored.jsonl
-  swelake reward --rollouts rollouts/part-0.parquet --out scored.parquet --seed-shards 'lake/shards/seed/*.parquet'")]
+  swelake reward --rollouts 'rollouts/*.parquet' --out scored/ --seed-shards 'lake/shards/seed/*.parquet'
+  swelake reward --rollouts 'rollouts/*.parquet' --lake lake --repo-url 'file:///srv/git/{repo}.git' --mode hybrid --out scored/")]
     Reward(reward::RewardArgs),
     /// Export the seed dataset for other tools: a Hugging Face dataset or SWE-bench instances.
     Export(export::ExportArgs),
     /// Grade SWE-bench predictions on the lake's verified instances, in the verify stage's
     /// sandbox and environments; a report in SWE-bench's shape.
     Evaluate(evaluate::EvaluateArgs),
+    /// Serve the grader over HTTP (loopback, a token): completions or patches of the lake's
+    /// verified instances graded by their tests, for verl, TRL and OpenRLHF.
+    #[command(name = "grade-server")]
+    GradeServer(grader::GraderArgs),
     /// Write a dataset card (Markdown + PNG charts) of a lake's seed dataset.
     Report(report::ReportArgs),
     /// Measure relevant-file rankers leave-one-out: hide one changed file, rank it among the
@@ -397,6 +414,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Reward(a) => a.run(&ctx).await,
         Command::Export(a) => a.run(&ctx).await,
         Command::Evaluate(a) => a.run(&ctx).await,
+        Command::GradeServer(a) => a.run(&ctx).await,
         Command::Report(a) => a.run(&ctx).await,
         Command::EvalRelevance(a) => a.run(&ctx).await,
         Command::Train(a) => a.run(&ctx).await,

@@ -76,20 +76,27 @@ Offline (rollouts from any engine, see schemas/rollouts.toml):
   swelake train --rollouts 'rollouts/*.parquet' --seed-shards 'lake/shards/seed/*.parquet' --model smollm2 --out runs/r1
 Online (sample with the current policy, score, train, repeat):
   swelake train --online --seed-shards 'lake/shards/seed/*.parquet' --model smollm2 --group-size 8 --out runs/r2
+Online, rewarded by running each completion's patch against its instance's tests:
+  swelake train --online --reward hybrid --lake lake --repo-url 'file:///srv/git/{repo}.git' --model smollm2 --out runs/r3
 Resume an interrupted run: the same command with --resume.
 
 Rows without a reward are scored with the SWE-RL reward (context/oracle from the seed shards);
 without --seed-shards every rollout must carry its prompt and reward, and splits are not checked;
 groups whose rewards are all equal carry no signal and are dropped (counted as groups_zero_std).
+--reward (online): similarity (SWE-RL's), tests (-1 malformed, 0 unresolved, 1 resolved) or hybrid
+(-1 malformed, 1 resolved, 0 the patch does not apply, else (similarity + share of FAIL_TO_PASS
+passed) / 4); the test modes grade each group's completions in the sandbox while the next group
+samples, on the verified instances of --lake (its seed shards are the default --seed-shards).
 Writes DIR/checkpoints/step-N (weights, tokenizer, optimizer state), DIR/metrics.parquet (one row
-per step) and DIR/metrics.png.")]
+per step: reward, format errors, resolved_rate and graded with a test reward, ...),
+DIR/rollouts/step-N.parquet (online) and DIR/metrics.png.")]
 pub(crate) struct TrainArgs {
     /// Rollout Parquet files (glob). Not with --online.
     #[arg(long, required_unless_present = "online")]
     rollouts: Option<String>,
     /// Seed shards (glob): prompts, context and oracle by instance_id. Needed online; offline
     /// only when rollouts lack a prompt or reward (without them splits are not checked).
-    #[arg(long, required_if_eq("online", "true"))]
+    #[arg(long)]
     seed_shards: Option<String>,
     #[command(flatten)]
     model: ModelArgs,
@@ -150,6 +157,11 @@ pub(crate) struct TrainArgs {
     split: String,
     #[command(flatten)]
     sampling: SamplingArgs,
+    /// The reward of --online sampling: similarity, tests or hybrid (see below).
+    #[arg(long, default_value = "similarity", value_parser = super::reward::parse_mode)]
+    reward: swelake_reward::modes::Mode,
+    #[command(flatten)]
+    grade: super::args::GradeArgs,
 }
 
 impl TrainArgs {
@@ -178,6 +190,7 @@ impl TrainArgs {
             group_size: self.group_size,
             split: self.split,
             sampling: self.sampling.into_options(),
+            reward: self.reward,
         }
     }
 }
@@ -229,12 +242,16 @@ impl GenerateArgs {
 Examples:
   swelake eval --seed-shards 'lake/shards/seed/*.parquet' --split test --model runs/r1/checkpoints/step-000100
   swelake eval --seed-shards 'lake/shards/seed/*.parquet' --split test --rollouts 'vllm-out/*.parquet' --json report.json
+  swelake eval --split test --model runs/r1/checkpoints/step-000100 --lake lake --repo-url 'file:///srv/git/{repo}.git'
 Reports per repository the share of well-formed answers, the mean reward (malformed = -1) and the
-exact-match rate (reward 1.0), as a table and optionally JSON.")]
+exact-match rate (reward 1.0), as a table and optionally JSON. With --lake and --repo-url each
+answer's patch also runs against its instance's FAIL_TO_PASS and PASS_TO_PASS tests in the
+sandbox, and the resolved rate stands beside (instances the lake did not verify count as
+unresolved).")]
 pub(crate) struct EvalArgs {
-    /// Seed shards (glob).
-    #[arg(long)]
-    seed_shards: String,
+    /// Seed shards (glob) [default with --lake: LAKE/shards/seed/part-*.parquet].
+    #[arg(long, required_unless_present = "lake")]
+    seed_shards: Option<String>,
     /// Split to evaluate.
     #[arg(long, default_value = "test")]
     split: String,
@@ -267,12 +284,14 @@ pub(crate) struct EvalArgs {
     top_p: f64,
     #[arg(long, default_value_t = 512)]
     max_new_tokens: usize,
+    #[command(flatten)]
+    grade: super::args::GradeArgs,
 }
 
 impl EvalArgs {
     pub(crate) fn into_options(self) -> crate::train::run::EvalOptions {
         crate::train::run::EvalOptions {
-            seed_shards: self.seed_shards,
+            seed_shards: self.seed_shards.or_else(|| self.grade.seed_shards()).unwrap_or_default(),
             split: self.split,
             model: self.model,
             rollouts: self.rollouts,
@@ -292,10 +311,20 @@ impl EvalArgs {
 impl TrainArgs {
     pub(crate) async fn run(self, ctx: &super::Ctx) -> anyhow::Result<std::process::ExitCode> {
         let mut keep = Vec::new();
+        let grade = self.grade.clone();
         let mut opts = self.into_options();
+        if opts.seed_shards.is_none() {
+            opts.seed_shards = grade.seed_shards();
+        }
+        if opts.online && opts.seed_shards.is_none() {
+            anyhow::bail!("online training samples seed prompts: give --seed-shards (or --lake)");
+        }
         opts.rollouts = super::local_glob(opts.rollouts.take(), &ctx.given, &mut keep).await?;
         opts.seed_shards = super::local_glob(opts.seed_shards.take(), &ctx.given, &mut keep).await?;
-        tokio::task::block_in_place(|| crate::train::run::train(&opts))?;
+        let grader = if opts.reward.runs_tests() { grade.open(ctx).await? } else { None };
+        let outcomes = |items: &[(String, String)]| grader.as_ref().expect("test modes have a grader").outcomes(items);
+        let g = grader.as_ref().map(|_| &outcomes as &crate::train::run::Grade<'_>);
+        tokio::task::block_in_place(|| crate::train::run::train(&opts, g))?;
         Ok(std::process::ExitCode::SUCCESS)
     }
 }
@@ -313,10 +342,14 @@ impl GenerateArgs {
 impl EvalArgs {
     pub(crate) async fn run(self, ctx: &super::Ctx) -> anyhow::Result<std::process::ExitCode> {
         let mut keep = Vec::new();
+        let grade = self.grade.clone();
         let mut opts = self.into_options();
         opts.seed_shards = super::local_glob(Some(opts.seed_shards), &ctx.given, &mut keep).await?.unwrap_or_default();
         opts.rollouts = super::local_glob(opts.rollouts.take(), &ctx.given, &mut keep).await?;
-        tokio::task::block_in_place(|| crate::train::run::eval(&opts))?;
+        let grader = grade.open(ctx).await?;
+        let outcomes = |items: &[(String, String)]| grader.as_ref().expect("given with a grader").outcomes(items);
+        let g = grader.as_ref().map(|_| &outcomes as &crate::train::run::Grade<'_>);
+        tokio::task::block_in_place(|| crate::train::run::eval(&opts, g))?;
         Ok(std::process::ExitCode::SUCCESS)
     }
 }

@@ -13,9 +13,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use super::judge::Grade;
-use super::toolchain::{one_line, RunCtx, Tools};
-use super::{sandbox, PrRef, VerifyConfig};
+use super::grade::Grader;
+use super::VerifyConfig;
 use crate::git::Mirrors;
 use crate::lake::Lake;
 
@@ -63,29 +62,7 @@ pub struct Report {
     pub reasons: BTreeMap<String, String>,
 }
 
-/// A verified instance of the lake.
-#[derive(Debug, Clone, Deserialize)]
-struct Verified {
-    repo_name: String,
-    pr_number: i64,
-    merge_base: String,
-    head_sha: String,
-    merged_at: String,
-    fail_to_pass: Vec<String>,
-    pass_to_pass: Vec<String>,
-    test_files: Vec<String>,
-}
-
-const VERIFIED_SQL: &str = "SELECT v.repo_name, v.pr_number, v.merge_base, v.head_sha, \
-     to_char(p.merged_at, '%Y-%m-%dT%H:%M:%SZ') AS merged_at, v.fail_to_pass, v.pass_to_pass, v.test_files \
-     FROM pr_verification v JOIN pull_requests p ON p.repo_name = v.repo_name AND p.number = v.pr_number \
-     WHERE v.status = 'verified' ORDER BY v.repo_name, v.pr_number";
-
-/// SWE-bench's id of a PR: `owner__name-N`.
-pub fn swebench_id(repo_name: &str, pr_number: i64) -> String {
-    let (owner, name) = repo_name.split_once('/').unwrap_or(("", repo_name));
-    format!("{owner}__{name}-{pr_number}")
-}
+pub use super::grade::swebench_id;
 
 /// Reads predictions: JSON lines, or one JSON list (both are what SWE-bench's harness takes).
 pub fn read_predictions(path: &Path) -> Result<Vec<Prediction>> {
@@ -104,29 +81,17 @@ pub fn read_predictions(path: &Path) -> Result<Vec<Prediction>> {
         .collect()
 }
 
-/// Grades `opts.predictions` against the lake's verified instances.
+/// Grades `opts.predictions` against the lake's verified instances, `[verify] jobs` at once.
 pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
     let predictions = read_predictions(&opts.predictions)?;
-    if !lake.has_table(super::PR_VERIFICATION).await? {
-        bail!("no pr_verification table in this lake: run `swelake run verify` first");
-    }
-    let ctx = lake.session().await?;
-    let verified: Vec<Verified> = crate::query::rows(&ctx, VERIFIED_SQL).await?;
-    let mut by_id: BTreeMap<String, Verified> = BTreeMap::new();
-    for v in verified {
-        by_id.insert(swebench_id(&v.repo_name, v.pr_number), v.clone());
-        by_id.insert(format!("{}#{}", v.repo_name, v.pr_number), v);
-    }
-    let mut report = Report {
-        total_instances: by_id.len() / 2,
-        submitted_instances: predictions.len(),
-        schema_version: 2,
-        ..Default::default()
-    };
+    let grader = Grader::open(lake, opts.mirrors.clone(), opts.cfg.clone(), 0).await?;
+    let mut report =
+        Report { total_instances: grader.instance_count(), submitted_instances: predictions.len(), schema_version: 2, ..Default::default() };
     let logs = opts.out.parent().unwrap_or(Path::new(".")).join("logs");
     std::fs::create_dir_all(&logs)?;
     let mut seen = BTreeSet::new();
-    let mut tools: Option<(Tools, sandbox::Sandbox)> = None;
+    let mut to_grade: Vec<(String, String)> = Vec::new();
+    let mut models: Vec<Option<String>> = Vec::new();
     for p in &predictions {
         let id = p.instance_id.clone();
         if !seen.insert(id.clone()) {
@@ -134,45 +99,51 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
         }
         report.submitted_ids.push(id.clone());
         let patch = p.model_patch.clone().unwrap_or_default();
-        let Some(inst) = by_id.get(&id) else {
+        if grader.instance(&id).is_none() {
             report.error_ids.push(id.clone());
             report.reasons.insert(id, "not a verified instance of this lake".into());
             continue;
-        };
+        }
         if patch.trim().is_empty() {
             report.empty_patch_ids.push(id.clone());
             report.reasons.insert(id, "empty patch".into());
             continue;
         }
-        if tools.is_none() {
-            let sb = sandbox::Sandbox::new(&opts.cfg.sandbox, opts.cfg.memory_mb, opts.cfg.max_processes)?
-                .with_run_memory(opts.cfg.run_memory_mb);
-            eprintln!("evaluate: sandbox: {}", sb.bounds());
-            tools = Some((Tools::prepare(&opts.cfg, &opts.mirrors.cache_dir)?, sb));
-        }
-        let (t, sb) = tools.as_ref().expect("prepared above");
         let dir = logs.join(crate::files::path_segment(&id));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir)?;
-        std::fs::write(dir.join("patch.diff"), &patch)?;
-        let job = Grading {
-            mirrors: opts.mirrors.clone(),
-            inst: inst.clone(),
-            patch,
-            cfg: opts.cfg.clone(),
-            tools: t.clone(),
-            sandbox: sb.clone(),
-            dir: dir.clone(),
-        };
-        let (status, reason, tests) = tokio::task::spawn_blocking(move || job.run()).await?;
-        let status = status.as_str();
+        to_grade.push((id, patch));
+        models.push(p.model_name_or_path.clone());
+    }
+    if !to_grade.is_empty() {
+        eprintln!("evaluate: {} patch(es), {} at once; sandbox: {}", to_grade.len(), grader.jobs(), grader.sandbox_bounds());
+    }
+    let grader = std::sync::Arc::new(grader);
+    let (g, items, logs2) = (grader.clone(), to_grade.clone(), logs.clone());
+    let graded = tokio::task::spawn_blocking(move || {
+        let dir_of = |i: usize| logs2.join(crate::files::path_segment(&items[i].0));
+        g.grade_many_logged(&items, Some(&dir_of))
+    })
+    .await?;
+    for (((id, _), g), model) in to_grade.iter().zip(&graded).zip(&models) {
+        let o = &g.outcome;
+        // SWE-bench counts a patch that does not apply as an error.
+        let status = if o.status == "patch_failed" { "error" } else { o.status.as_str() };
+        let reason =
+            if o.status == "patch_failed" { format!("{} (patch_failed)", o.reason) } else { o.reason.clone() };
         let record = serde_json::json!({
             "instance_id": id,
-            "model_name_or_path": p.model_name_or_path,
+            "model_name_or_path": model,
             "status": status,
             "reason": reason,
-            "tests_status": tests,
+            "f2p_passed": o.f2p_passed,
+            "f2p_total": o.f2p_total,
+            "p2p_passed": o.p2p_passed,
+            "p2p_total": o.p2p_total,
+            "seconds": o.seconds,
+            "tests_status": g.tests,
         });
+        let dir = logs.join(crate::files::path_segment(id));
         std::fs::write(dir.join("report.json"), serde_json::to_string_pretty(&record)? + "\n")?;
         if opts.show_progress {
             eprintln!("evaluate {id}: {status} — {reason}");
@@ -185,7 +156,7 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
         if status != "error" {
             report.completed_ids.push(id.clone());
         }
-        report.reasons.insert(id, reason);
+        report.reasons.insert(id.clone(), reason);
     }
     report.completed_instances = report.completed_ids.len();
     report.resolved_instances = report.resolved_ids.len();
@@ -205,101 +176,4 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
     std::fs::write(&opts.out, serde_json::to_string_pretty(&report)? + "\n")
         .with_context(|| format!("writing {}", opts.out.display()))?;
     Ok(report)
-}
-
-/// One prediction graded on a blocking thread.
-struct Grading {
-    mirrors: Mirrors,
-    inst: Verified,
-    patch: String,
-    cfg: VerifyConfig,
-    tools: Tools,
-    sandbox: sandbox::Sandbox,
-    dir: PathBuf,
-}
-
-impl Grading {
-    /// (resolved | unresolved | error, why, per test: its outcome).
-    fn run(self) -> (Grade, String, BTreeMap<String, String>) {
-        match self.grade() {
-            Ok(x) => x,
-            Err(e) => (Grade::Error, one_line(&format!("{e:#}")), BTreeMap::new()),
-        }
-    }
-
-    /// The verify stage's path: the plan, the toolchain's environment, the side's build steps
-    /// and run, and the verdict of [`super::judge`].
-    fn grade(&self) -> Result<(Grade, String, BTreeMap<String, String>)> {
-        let i = &self.inst;
-        let repo = self.mirrors.open(&i.repo_name).map_err(|f| anyhow::anyhow!("{}: {}", f.reason, f.message))?;
-        let pr = PrRef {
-            repo_name: i.repo_name.clone(),
-            pr_number: i.pr_number,
-            merge_base: i.merge_base.clone(),
-            head_sha: i.head_sha.clone(),
-            merged_at: i.merged_at.clone(),
-        };
-        let plan = super::plan(&repo, &pr)?;
-        let toolchain = super::toolchain_at(&repo, plan.base).map_err(anyhow::Error::msg)?;
-        // The environment the instance's after side ran in: a prediction is graded where the
-        // fix was verified.
-        let envs = super::prepare_sides(&repo, &plan, toolchain, &pr, &self.tools, &self.sandbox)
-            .map_err(|stop| anyhow::anyhow!("environment ({}): {}", stop.status, stop.reason))?;
-        let env = envs.after();
-        let side = self.dir.join("run");
-        let tree = side.join("tree");
-        let _ = std::fs::remove_dir_all(&side);
-        super::runner::materialize(&repo, plan.base, plan.head, &[], &tree, "base")?;
-        std::fs::write(side.join("model.patch"), &self.patch)?;
-        // The model's patch is applied inside the sandbox (git apply, else patch with fuzz, as
-        // SWE-bench's harness tries), then the PR's test files are put as they were after it.
-        let mounts = sandbox::Mounts { writable: vec![side.clone()], ..Default::default() };
-        let envs = vec![("PATH".to_string(), "/usr/bin:/bin".to_string()), ("HOME".to_string(), "/tmp".to_string())];
-        let patch_file = side.join("model.patch").to_string_lossy().to_string();
-        let attempts: [Vec<String>; 2] = [
-            vec!["git".into(), "apply".into(), "--verbose".into(), "--reject".into(), patch_file.clone()],
-            vec!["patch".into(), "--batch".into(), "--fuzz=5".into(), "-p1".into(), "-i".into(), patch_file],
-        ];
-        let mut applied = false;
-        for (k, argv) in attempts.iter().enumerate() {
-            let log = self.dir.join(format!("apply-{}.log", k + 1));
-            let exit = self.sandbox.run(argv, &tree, &envs, &mounts, &log, std::time::Duration::from_secs(60))?;
-            if exit.code == Some(0) {
-                applied = true;
-                break;
-            }
-            // A failed `git apply --reject` may leave part of the patch: start again.
-            let _ = std::fs::remove_dir_all(&tree);
-            super::runner::materialize(&repo, plan.base, plan.head, &[], &tree, "base")?;
-        }
-        if !applied {
-            return Ok((
-                Grade::Error,
-                format!("the patch does not apply (patch_failed): {}", sandbox::tail(&self.dir.join("apply-2.log"), 3)),
-                BTreeMap::new(),
-            ));
-        }
-        for p in &plan.test_paths {
-            super::tree::overlay(&repo, &tree, plan.head, p)?;
-        }
-        let modules = if i.test_files.is_empty() { super::modules_for(toolchain, &plan) } else { i.test_files.clone() };
-        let ctx = RunCtx {
-            tree: &tree,
-            side_dir: &side,
-            label: "eval",
-            tools: &self.tools,
-            sandbox: &self.sandbox,
-            cfg: &self.cfg,
-        };
-        let out =
-            env.runner.before_runs(&ctx).map_err(anyhow::Error::msg).and_then(|()| env.runner.run(&ctx, &modules));
-        // The log sits in the run's writable tree: a link the patch left there is not followed.
-        if let Ok(text) = sandbox::read_output(&side.join("out/eval.log"), &side, 64 << 20) {
-            let _ = std::fs::write(self.dir.join("test_output.txt"), text);
-        }
-        if !self.cfg.keep_trees {
-            let _ = std::fs::remove_dir_all(&side);
-        }
-        Ok(super::judge::grade(env.runner.as_ref(), out?, &i.fail_to_pass, &i.pass_to_pass, self.cfg.timeout_secs))
-    }
 }

@@ -18,6 +18,7 @@
 //! `evaluate` alike.
 
 pub mod evaluate;
+pub mod grade;
 pub mod javascript;
 pub mod judge;
 pub mod outcomes;

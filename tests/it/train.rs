@@ -17,12 +17,15 @@ use swelake::train::Policy;
 
 /// Share of lowercase ASCII letters in a completion: ~10% for a random byte-level policy,
 /// 1.0 when it has learnt to answer in letters only.
-fn letters(_: &str, completion: &str) -> Option<(f64, Option<String>)> {
-    let n = completion.chars().count();
-    if n == 0 {
-        return Some((0.0, None));
-    }
-    Some((completion.chars().filter(|c| c.is_ascii_lowercase()).count() as f64 / n as f64, None))
+fn letters(items: &[(String, String)]) -> Vec<swelake::train::reward::Scored> {
+    items
+        .iter()
+        .map(|(_, completion)| {
+            let n = completion.chars().count().max(1);
+            let share = completion.chars().filter(|c| c.is_ascii_lowercase()).count() as f64 / n as f64;
+            swelake::train::reward::Scored { reward: Some(share), ..Default::default() }
+        })
+        .collect()
 }
 
 #[test]
@@ -48,7 +51,7 @@ fn grpo_learns_a_learnable_reward_on_cpu_across_seeds() {
             .map(|(i, p)| (format!("toy#{i}"), t.policy.tokenizer.render_chat(&[Message::new("user", p)], true)))
             .collect();
         for _ in 0..30 {
-            let (groups, _) = t.sample_groups(&prompts, &letters).unwrap();
+            let (groups, _) = t.sample_groups(&prompts, &letters, "letters").unwrap();
             t.step(&groups).unwrap();
         }
         let r: Vec<f64> = t.metrics.iter().map(|m| m.reward_mean).collect();

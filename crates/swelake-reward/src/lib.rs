@@ -14,6 +14,7 @@ pub mod batch;
 #[cfg(feature = "arrow")]
 pub mod columns;
 pub mod detailed;
+pub mod modes;
 #[cfg(feature = "arrow")]
 pub mod rollouts;
 #[cfg(feature = "sql")]

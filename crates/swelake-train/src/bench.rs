@@ -101,6 +101,7 @@ impl Ours {
                 behavior: None,
                 reward: if i % 2 == 0 { 1.0 } else { -1.0 },
                 format_error: false,
+                resolved: None,
             })
             .collect();
         let groups = vec![Group { id: "bench".into(), seqs }];

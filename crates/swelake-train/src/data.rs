@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use arrow::array::{
-    Array, ArrayRef, AsArray, Float32Builder, Float64Array, Int64Array, ListBuilder, RecordBatch, StringArray,
+    Array, ArrayRef, AsArray, BooleanArray, Float32Builder, Float64Array, Int64Array, ListBuilder, RecordBatch, StringArray,
     UInt32Builder,
 };
 use arrow::datatypes::{DataType, Field, Schema};
@@ -43,6 +43,41 @@ pub struct Rollout {
     pub behavior_logprobs: Option<Vec<f32>>,
     pub reward: Option<f64>,
     pub format_error: Option<String>,
+    /// Which mode chose `reward` (similarity, tests, hybrid).
+    pub reward_mode: Option<String>,
+    /// The SWE-RL reward, whatever the mode.
+    pub reward_similarity: Option<f64>,
+    /// The patch graded (test modes).
+    pub predicted_patch: Option<String>,
+    /// The test grading (test modes): resolved, FAIL_TO_PASS and PASS_TO_PASS passed of total.
+    pub resolved: Option<bool>,
+    pub f2p_passed: Option<i64>,
+    pub f2p_total: Option<i64>,
+    pub p2p_passed: Option<i64>,
+    pub p2p_total: Option<i64>,
+    pub grade_status: Option<String>,
+    pub grade_reason: Option<String>,
+}
+
+impl Rollout {
+    /// The columns of a score.
+    pub fn set_score(&mut self, mode: &str, s: &super::reward::Scored) {
+        self.reward = s.reward;
+        self.format_error = s.format_error.clone();
+        self.reward_mode = Some(mode.to_string());
+        self.reward_similarity = s.reward_similarity;
+        self.predicted_patch = s.patch.clone();
+        if let Some(t) = s.tests.as_ref() {
+            let graded = t.graded();
+            self.resolved = graded.then_some(t.resolved);
+            self.f2p_passed = graded.then_some(i64::from(t.f2p_passed));
+            self.f2p_total = graded.then_some(i64::from(t.f2p_total));
+            self.p2p_passed = graded.then_some(i64::from(t.p2p_passed));
+            self.p2p_total = graded.then_some(i64::from(t.p2p_total));
+            self.grade_status = Some(t.status.clone());
+            self.grade_reason = Some(t.reason.clone());
+        }
+    }
 }
 
 pub fn expand_glob(glob: &str) -> Result<Vec<PathBuf>> {
@@ -186,6 +221,7 @@ pub fn read_rollouts(glob: &str) -> Result<Vec<Rollout>> {
         "behavior_logprobs",
         "reward",
         "format_error",
+        "resolved",
     ];
     let mut out = Vec::new();
     for path in expand_glob(glob)? {
@@ -204,6 +240,7 @@ pub fn read_rollouts(glob: &str) -> Result<Vec<Rollout>> {
                 b.column_by_name("sample_index").map(|c| arrow::compute::cast(c, &DataType::Int64)).transpose()?;
             let rewards =
                 b.column_by_name("reward").map(|c| arrow::compute::cast(c, &DataType::Float64)).transpose()?;
+            let resolved = b.column_by_name("resolved").and_then(|c| c.as_boolean_opt());
             for r in 0..b.num_rows() {
                 if ids.is_null(r) || groups.is_null(r) || completions.is_null(r) {
                     bail!("{}: row {r} has a NULL instance_id, group_id or completion", path.display());
@@ -230,6 +267,8 @@ pub fn read_rollouts(glob: &str) -> Result<Vec<Rollout>> {
                         .filter(|a| !a.is_null(r))
                         .map(|a| a.value(r)),
                     format_error: opt_str(&errors, r),
+                    resolved: resolved.filter(|a| !a.is_null(r)).map(|a| a.value(r)),
+                    ..Default::default()
                 });
             }
         }
@@ -250,6 +289,16 @@ pub fn rollout_schema() -> Arc<Schema> {
         list("behavior_logprobs", DataType::Float32),
         Field::new("reward", DataType::Float64, true),
         Field::new("format_error", DataType::Utf8, true),
+        Field::new("reward_mode", DataType::Utf8, true),
+        Field::new("reward_similarity", DataType::Float64, true),
+        Field::new("predicted_patch", DataType::Utf8, true),
+        Field::new("resolved", DataType::Boolean, true),
+        Field::new("f2p_passed", DataType::Int64, true),
+        Field::new("f2p_total", DataType::Int64, true),
+        Field::new("p2p_passed", DataType::Int64, true),
+        Field::new("p2p_total", DataType::Int64, true),
+        Field::new("grade_status", DataType::Utf8, true),
+        Field::new("grade_reason", DataType::Utf8, true),
     ]))
 }
 
@@ -289,6 +338,16 @@ pub fn write_rollouts(path: &Path, rows: &[Rollout]) -> Result<()> {
             Arc::new(lps.finish()),
             Arc::new(rows.iter().map(|r| r.reward).collect::<Float64Array>()),
             s(&|r| r.format_error.as_deref()),
+            s(&|r| r.reward_mode.as_deref()),
+            Arc::new(rows.iter().map(|r| r.reward_similarity).collect::<Float64Array>()),
+            s(&|r| r.predicted_patch.as_deref()),
+            Arc::new(rows.iter().map(|r| r.resolved).collect::<BooleanArray>()),
+            Arc::new(rows.iter().map(|r| r.f2p_passed).collect::<Int64Array>()),
+            Arc::new(rows.iter().map(|r| r.f2p_total).collect::<Int64Array>()),
+            Arc::new(rows.iter().map(|r| r.p2p_passed).collect::<Int64Array>()),
+            Arc::new(rows.iter().map(|r| r.p2p_total).collect::<Int64Array>()),
+            s(&|r| r.grade_status.as_deref()),
+            s(&|r| r.grade_reason.as_deref()),
         ],
     )?;
     if let Some(dir) = path.parent() {

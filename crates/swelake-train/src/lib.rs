@@ -9,6 +9,8 @@
 //! - [`generate`]: temperature/top-p sampling with a KV cache.
 //! - [`grpo`]: group advantages and the clipped objective with KL.
 //! - [`optim`]: AdamW, clipping, warm-up + cosine.
+//! - [`reward`]: the reward of a completion in a mode (similarity, or the tests through the
+//!   caller's grader).
 //! - [`data`]: seed shards and rollout tables in Parquet; [`group_stats`]: rollout group
 //!   statistics as a lazy scan; `prepare`: rollout tables into training groups.
 //! - [`trainer`]: the training loop, checkpoints, metrics; `eval`: held-out evaluation.
@@ -27,6 +29,7 @@ pub(crate) mod kernels;
 pub mod model;
 pub mod optim;
 pub(crate) mod prepare;
+pub mod reward;
 pub mod run;
 pub mod tokenizer;
 pub mod trainer;

@@ -11,6 +11,8 @@ use super::data::{self, Rollout, SeedInstance};
 use super::eval;
 use super::generate::{Rng, Sampling};
 use super::grpo::{LossAgg, Objective};
+use super::reward::Rewarder;
+use swelake_reward::modes::Mode;
 use super::optim::OptimConfig;
 use super::trainer::{TrainConfig, Trainer};
 use super::{device, Policy, MODEL_SPECS};
@@ -93,6 +95,8 @@ pub struct TrainOptions {
     /// cannot leak into training (all when empty). Groups mixing instances are always left out.
     pub split: String,
     pub sampling: Sampling,
+    /// The reward of --online sampling: the test modes need the grader `train` is given.
+    pub reward: Mode,
 }
 
 impl Default for TrainOptions {
@@ -121,6 +125,7 @@ impl Default for TrainOptions {
             group_size: 8,
             split: "train".to_string(),
             sampling: Sampling { max_new_tokens: 512, ..Default::default() },
+            reward: Mode::Similarity,
         }
     }
 }
@@ -209,16 +214,15 @@ fn seed_split(glob: &str, split: &str) -> Result<Vec<SeedInstance>> {
     Ok(inst)
 }
 
-fn reward_of(seed: &HashMap<String, SeedInstance>) -> impl Fn(&str, &str) -> Option<(f64, Option<String>)> + '_ {
-    move |id, completion| {
-        let inst = seed.get(id)?;
-        swelake_reward::search_replace_reward(&inst.context, &inst.oracle, completion)
-            .ok()
-            .map(|r| (r.reward, r.format_error))
-    }
-}
+/// Runs patches against their instances' tests (the caller's grader: `swelake` brings the
+/// lake's).
+pub type Grade<'a> = swelake_reward::rollouts::GradeFn<'a>;
 
-pub fn train(a: &TrainOptions) -> Result<()> {
+/// Trains with `a`; `grade` is needed when `a.reward` runs tests.
+pub fn train(a: &TrainOptions, grade: Option<&Grade<'_>>) -> Result<()> {
+    if a.online && a.reward.runs_tests() && grade.is_none() {
+        bail!("--reward {} runs the instances' tests: it needs a lake with verified instances (--lake, --repo-url)", a.reward);
+    }
     swelake_core::memory::keep_freed_memory();
     let policy = a.model.load()?;
     let cfg = TrainConfig {
@@ -268,7 +272,9 @@ pub fn train(a: &TrainOptions) -> Result<()> {
         if pool.is_empty() {
             bail!("no seed instances of split {:?}", a.split);
         }
-        let reward = reward_of(&seed);
+        let rewarder = Rewarder { mode: a.reward, seed: &seed, grade };
+        let reward = |items: &[(String, String)]| rewarder.score(items);
+        let mode = a.reward.as_str();
         while trainer.step_count() < a.steps {
             let step = trainer.step_count();
             let prompts: Vec<(String, String)> = epoch_order(pool.len(), a.groups_per_step, step, a.model.seed)
@@ -276,7 +282,7 @@ pub fn train(a: &TrainOptions) -> Result<()> {
                 .map(|i| (pool[i].instance_id.clone(), trainer.policy.tokenizer.render_chat(&pool[i].messages, true)))
                 .collect();
             let t0 = std::time::Instant::now();
-            let (groups, rows) = trainer.sample_groups(&prompts, &reward)?;
+            let (groups, rows) = trainer.sample_groups(&prompts, &reward, mode)?;
             let gen_s = t0.elapsed().as_secs_f64();
             data::write_rollouts(&a.out.join(format!("rollouts/step-{step:06}.parquet")), &rows)?;
             let m = trainer.step(&groups)?;
@@ -303,15 +309,24 @@ pub fn train(a: &TrainOptions) -> Result<()> {
     trainer.write_metrics()?;
     let last = trainer.metrics.last().cloned().unwrap_or_default();
     println!(
-        "trained {} steps; last step: reward mean {:.4}, format errors {:.1}%, zero-std groups {:.1}%, {:.0} tokens/s; checkpoints and metrics in {}",
+        "trained {} steps; last step: reward mean {:.4}{}, format errors {:.1}%, zero-std groups {:.1}%, {:.0} tokens/s; checkpoints and metrics in {}",
         trainer.step_count(),
         last.reward_mean,
+        resolved_note(&last),
         last.format_error_rate * 100.0,
         last.frac_zero_std * 100.0,
         last.tokens_per_s,
         a.out.display()
     );
     Ok(())
+}
+
+/// ", resolved 2/16" when the step's rewards ran tests.
+fn resolved_note(m: &super::trainer::StepMetrics) -> String {
+    if m.graded == 0 {
+        return String::new();
+    }
+    format!(", resolved {}/{}", (m.resolved_rate * m.graded as f64).round() as i64, m.graded)
 }
 
 /// The `per_step` indices of step `step` in a seeded shuffle of `n` items, reshuffled each epoch.
@@ -339,10 +354,11 @@ fn after_step(
 ) -> Result<()> {
     bar.set_position(trainer.step_count() as u64);
     tracing::info!(
-        "step {}: reward {:.4} ± {:.4}, format errors {:.1}%, zero-std groups {}/{}, kl {:.5}, entropy {:.3}, grad norm {:.3}, {:.0} tokens/s",
+        "step {}: reward {:.4} ± {:.4}{}, format errors {:.1}%, zero-std groups {}/{}, kl {:.5}, entropy {:.3}, grad norm {:.3}, {:.0} tokens/s",
         m.step,
         m.reward_mean,
         m.reward_std,
+        resolved_note(m),
         m.format_error_rate * 100.0,
         m.groups_zero_std,
         m.groups,
@@ -376,11 +392,12 @@ pub fn generate(a: &GenerateOptions) -> Result<()> {
     let tmp = tempfile::tempdir()?;
     let mut t = Trainer::new(policy, cfg, tmp.path())?;
     let bar = swelake_core::progress::count_bar(inst.len() as u64, "prompts");
-    let reward = reward_of(&seed);
+    let rewarder = Rewarder { mode: Mode::Similarity, seed: &seed, grade: None };
+    let reward = |items: &[(String, String)]| rewarder.score(items);
     let mut rows: Vec<Rollout> = Vec::new();
     for i in &inst {
         let prompt = t.policy.tokenizer.render_chat(&i.messages, true);
-        let (_, r) = t.sample_groups(&[(i.instance_id.clone(), prompt)], &reward)?;
+        let (_, r) = t.sample_groups(&[(i.instance_id.clone(), prompt)], &reward, "similarity")?;
         rows.extend(r);
         bar.inc(1);
     }
@@ -399,7 +416,9 @@ pub fn generate(a: &GenerateOptions) -> Result<()> {
     Ok(())
 }
 
-pub fn eval(a: &EvalOptions) -> Result<()> {
+/// Evaluates with `a`; with `grade`, each answer's patch also runs against its instance's
+/// tests and the report has the resolved rate.
+pub fn eval(a: &EvalOptions, grade: Option<&Grade<'_>>) -> Result<()> {
     swelake_core::memory::keep_freed_memory();
     let mut inst = seed_split(&a.seed_shards, &a.split)?;
     if let Some(l) = a.limit {
@@ -412,7 +431,7 @@ pub fn eval(a: &EvalOptions) -> Result<()> {
             let sampling = Sampling { temperature: a.temperature, top_p: a.top_p, max_new_tokens: a.max_new_tokens };
             let bar = swelake_core::progress::count_bar(inst.len() as u64, "instances");
             let (report, rows) =
-                eval::evaluate_policy(&policy, &inst, a.samples.max(1), &sampling, a.seed, &|done, _| {
+                eval::evaluate_policy(&policy, &inst, a.samples.max(1), &sampling, a.seed, grade, &|done, _| {
                     bar.set_position(done as u64)
                 })?;
             bar.finish_and_clear();
@@ -428,7 +447,7 @@ pub fn eval(a: &EvalOptions) -> Result<()> {
             if rows.is_empty() {
                 bail!("no rollouts in {glob} answer instances of split {:?}", a.split);
             }
-            eval::evaluate_rollouts(&rows, &by)
+            eval::evaluate_rollouts(&rows, &by, grade)
         }
         _ => bail!("give --model ({MODEL_SPECS}) or --rollouts"),
     };

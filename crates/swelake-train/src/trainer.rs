@@ -18,7 +18,7 @@ use arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch};
 use candle_core::{DType, Tensor};
 
 use super::data::Rollout;
-use super::generate::{gather_logprobs, sample_group, Rng, Sampling};
+use super::generate::{gather_logprobs, sample_group, Rng, Sample, Sampling};
 use super::grpo::{group_advantages, loss, LossStats, Objective, StepNorm};
 use super::model::Model;
 use super::optim::{AdamW, OptimConfig};
@@ -60,8 +60,9 @@ impl Default for TrainConfig {
     }
 }
 
-/// Scores a completion for an instance: `(reward, format error)`, or `None` when it cannot be scored.
-pub type RewardFn<'a> = dyn Fn(&str, &str) -> Option<(f64, Option<String>)> + 'a;
+/// Scores a batch of (instance_id, completion) pairs, one result each, in order; called from
+/// another thread while the next group samples.
+pub type RewardFn<'a> = dyn Fn(&[(String, String)]) -> Vec<super::reward::Scored> + Sync + 'a;
 
 /// One completion of a group, tokenised.
 #[derive(Debug, Clone)]
@@ -72,6 +73,8 @@ pub struct Seq {
     pub behavior: Option<Vec<f32>>,
     pub reward: f64,
     pub format_error: bool,
+    /// Whether its patch resolved the instance, when the reward ran the tests.
+    pub resolved: Option<bool>,
 }
 
 #[derive(Debug, Clone)]
@@ -105,6 +108,10 @@ pub struct StepMetrics {
     pub grad_norm: f64,
     pub train_s: f64,
     pub generate_s: f64,
+    /// Sequences whose patch ran against the tests (the test reward modes).
+    pub graded: i64,
+    /// Share of the graded sequences that resolved their instance (0 when none was graded).
+    pub resolved_rate: f64,
 }
 
 /// Progress of a run, saved with each checkpoint.
@@ -216,6 +223,16 @@ impl Trainer {
             reward_mean,
             reward_std: (rewards.iter().map(|r| (r - reward_mean).powi(2)).sum::<f64>() / n).sqrt(),
             format_error_rate: all.iter().filter(|s| s.format_error).count() as f64 / n,
+            graded: all.iter().filter(|s| s.resolved.is_some()).count() as i64,
+            resolved_rate: {
+                let graded = all.iter().filter(|s| s.resolved.is_some()).count();
+                let resolved = all.iter().filter(|s| s.resolved == Some(true)).count();
+                if graded == 0 {
+                    0.0
+                } else {
+                    resolved as f64 / graded as f64
+                }
+            },
             completion_len_mean: all.iter().map(|s| s.completion.len() as f64).sum::<f64>() / n,
             completion_len_max: all.iter().map(|s| s.completion.len() as i64).max().unwrap_or(0),
             ..Default::default()
@@ -352,49 +369,68 @@ impl Trainer {
         &mut self,
         prompts: &[(String, String)],
         reward: &RewardFn<'_>,
+        mode: &str,
     ) -> Result<(Vec<Group>, Vec<Rollout>)> {
-        let tok = &self.policy.tokenizer;
+        let mut sampled: Vec<(String, Vec<u32>, Vec<Rollout>, Vec<Sample>)> = Vec::new();
+        // Each group is scored on a thread of its own while the next one samples: a test
+        // reward's sandboxes run beside the model instead of after it.
+        let scores: Vec<Vec<super::reward::Scored>> = std::thread::scope(|scope| -> Result<_> {
+            let mut handles = Vec::new();
+            for (gi, (id, text)) in prompts.iter().enumerate() {
+                let tok = &self.policy.tokenizer;
+                let prompt = tok.encode(text)?;
+                let samples = sample_group(
+                    &self.policy.model,
+                    &prompt,
+                    self.cfg.group_size,
+                    tok.eos_id(),
+                    &self.cfg.sampling,
+                    &mut self.rng,
+                )?;
+                let group_id = format!("{id}@step{}#{gi}", self.opt.step);
+                let mut rows = Vec::new();
+                for (k, s) in samples.iter().enumerate() {
+                    rows.push(Rollout {
+                        instance_id: id.clone(),
+                        group_id: group_id.clone(),
+                        sample_index: k as i64,
+                        prompt: Some(text.clone()),
+                        completion: tok.decode(&s.ids)?,
+                        completion_ids: Some(s.ids.clone()),
+                        behavior_logprobs: Some(s.logprobs.clone()),
+                        ..Default::default()
+                    });
+                }
+                let items: Vec<(String, String)> = rows.iter().map(|r| (id.clone(), r.completion.clone())).collect();
+                handles.push(scope.spawn(move || reward(&items)));
+                sampled.push((group_id, prompt, rows, samples));
+            }
+            handles
+                .into_iter()
+                .map(|h| h.join().map_err(|_| anyhow::anyhow!("scoring a group panicked")))
+                .collect()
+        })?;
         let mut groups = Vec::new();
-        let mut rows = Vec::new();
-        for (gi, (id, text)) in prompts.iter().enumerate() {
-            let prompt = tok.encode(text)?;
-            let samples = sample_group(
-                &self.policy.model,
-                &prompt,
-                self.cfg.group_size,
-                tok.eos_id(),
-                &self.cfg.sampling,
-                &mut self.rng,
-            )?;
-            let group_id = format!("{id}@step{}#{gi}", self.opt.step);
+        let mut all_rows = Vec::new();
+        for ((group_id, prompt, mut rows, samples), scored) in sampled.into_iter().zip(scores) {
             let mut seqs = Vec::new();
-            for (k, s) in samples.into_iter().enumerate() {
-                let completion = tok.decode(&s.ids)?;
-                let scored = reward(id, &completion);
-                rows.push(Rollout {
-                    instance_id: id.clone(),
-                    group_id: group_id.clone(),
-                    sample_index: k as i64,
-                    prompt: Some(text.clone()),
-                    completion,
-                    completion_ids: Some(s.ids.clone()),
-                    behavior_logprobs: Some(s.logprobs.clone()),
-                    reward: scored.as_ref().map(|x| x.0),
-                    format_error: scored.as_ref().and_then(|x| x.1.clone()),
-                });
-                if let Some((r, fe)) = scored {
+            for ((row, s), sc) in rows.iter_mut().zip(samples).zip(&scored) {
+                row.set_score(mode, sc);
+                if let Some(r) = sc.reward {
                     seqs.push(Seq {
                         prompt: prompt.clone(),
                         completion: s.ids,
                         behavior: Some(s.logprobs),
                         reward: r,
-                        format_error: fe.is_some(),
+                        format_error: sc.malformed,
+                        resolved: sc.tests.as_ref().filter(|t| t.graded()).map(|t| t.resolved),
                     });
                 }
             }
+            all_rows.extend(rows);
             groups.push(Group { id: group_id, seqs });
         }
-        Ok((groups, rows))
+        Ok((groups, all_rows))
     }
 
     /// Writes metrics.parquet and metrics.png.
@@ -409,6 +445,7 @@ impl Trainer {
             &[
                 ("reward mean", series(&|m| m.reward_mean)),
                 ("format-error rate", series(&|m| m.format_error_rate)),
+                ("resolved rate", series(&|m| m.resolved_rate)),
                 ("zero-std groups", series(&|m| m.frac_zero_std)),
                 ("KL to reference", series(&|m| m.kl)),
                 ("entropy", series(&|m| m.entropy)),
@@ -493,7 +530,14 @@ pub fn groups_from_rollouts(
                 }
             };
             let behavior = r.behavior_logprobs.clone().filter(|b| b.len() == completion.len());
-            seqs.push(Seq { prompt, completion, behavior, reward, format_error: r.format_error.is_some() });
+            seqs.push(Seq {
+                prompt,
+                completion,
+                behavior,
+                reward,
+                format_error: r.format_error.is_some(),
+                resolved: r.resolved,
+            });
         }
         groups.push(Group { id: gid, seqs });
     }
@@ -512,9 +556,11 @@ macro_rules! metric_columns {
             use arrow::array::AsArray;
             let mut out = vec![StepMetrics::default(); b.num_rows()];
             $(
-                let c = b.column_by_name(stringify!($name)).context(concat!("metrics without ", stringify!($name)))?;
-                for (i, m) in out.iter_mut().enumerate() {
-                    m.$name = metric_columns!(@get $kind, c, i);
+                // A column newer than the run being resumed reads as its default.
+                if let Some(c) = b.column_by_name(stringify!($name)) {
+                    for (i, m) in out.iter_mut().enumerate() {
+                        m.$name = metric_columns!(@get $kind, c, i);
+                    }
                 }
             )*
             Ok(out)
@@ -530,7 +576,7 @@ metric_columns! {
     step: i64, groups: i64, groups_zero_std: i64, frac_zero_std: f64, sequences: i64, reward_mean: f64,
     reward_std: f64, format_error_rate: f64, loss: f64, kl: f64, clip_frac_low: f64, clip_frac_high: f64,
     ratio_mean: f64, entropy: f64, completion_len_mean: f64, completion_len_max: i64, tokens: i64,
-    tokens_per_s: f64, lr: f64, grad_norm: f64, train_s: f64, generate_s: f64,
+    tokens_per_s: f64, lr: f64, grad_norm: f64, train_s: f64, generate_s: f64, graded: i64, resolved_rate: f64,
 }
 
 pub fn write_metrics(path: &Path, ms: &[StepMetrics]) -> Result<()> {
@@ -581,6 +627,7 @@ mod tests {
             behavior: None,
             reward: r,
             format_error: false,
+            resolved: None,
         };
         vec![
             Group { id: "a".into(), seqs: vec![seq(&[1, 2, 3], &[4, 5], 1.0), seq(&[1, 2, 3], &[6, 7, 8, 9], 0.0)] },
