@@ -16,6 +16,7 @@ use anyhow::{bail, Context, Result};
 mod backfill;
 mod blobs;
 mod cluster;
+mod grade;
 mod ingest;
 mod jobs;
 mod lake;
@@ -26,6 +27,7 @@ mod verify;
 
 pub use backfill::{backfill, BackfillBenchOptions};
 pub use blobs::{blobs, BlobsBenchOptions};
+pub use grade::{grade, GradeBenchOptions};
 pub use ingest::{gunzip_pages, ingest, IngestBenchOptions};
 pub use jobs::{jobs, JobsBenchOptions};
 pub use lake::{lake, LakeBenchOptions};

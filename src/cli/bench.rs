@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 
 use super::args::{ConfigArg, LakeArg, RepoArgs};
@@ -49,6 +49,15 @@ impl BenchCommand {
     pub(crate) async fn run(self) -> Result<ExitCode> {
         match self {
             BenchCommand::Ingest(a) => crate::bench::ingest(&a.into_options()).await?,
+            BenchCommand::Reward(a) if a.execute => {
+                let opts = crate::bench::GradeBenchOptions {
+                    lake: a.grade.lake.clone().context("--execute needs --lake")?,
+                    mirrors: crate::git::Mirrors::new(a.grade.repo.required_url()?, a.grade.repo.cache_dir()),
+                    cfg: a.grade.config.load()?.verify,
+                    jobs: a.grade.grade_jobs.unwrap_or(0),
+                };
+                crate::bench::grade(&opts).await?
+            }
             BenchCommand::Reward(a) => crate::bench::reward(&a.into_options())?,
             BenchCommand::Lake(a) => {
                 let opts = a.into_options();
@@ -260,6 +269,12 @@ pub(crate) struct RewardBenchArgs {
     /// Working directory.
     #[arg(long, default_value = "target/bench-reward")]
     work: PathBuf,
+    /// Time the test reward instead: gradings per second on a lake's verified instances, cold
+    /// and warm, a GRPO group of 8 and a batch of 64 over 16 instances (--lake, --repo-url).
+    #[arg(long, requires = "lake")]
+    execute: bool,
+    #[command(flatten)]
+    grade: super::args::GradeArgs,
 }
 
 impl RewardBenchArgs {

@@ -111,14 +111,18 @@ impl GraderArgs {
             svc.grader.instance_count(),
             svc.seed.len()
         );
-        axum::serve(listener, app).with_graceful_shutdown(async { tokio::signal::ctrl_c().await.ok().unwrap_or(()) }).await?;
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async { tokio::signal::ctrl_c().await.ok().unwrap_or(()) })
+            .await?;
         Ok(ExitCode::SUCCESS)
     }
 }
 
 fn authorized(svc: &Service, headers: &HeaderMap) -> bool {
     let sent = headers.get("authorization").and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    sent.is_some_and(|t| t.len() == svc.token.len() && t.bytes().zip(svc.token.bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0)
+    sent.is_some_and(|t| {
+        t.len() == svc.token.len() && t.bytes().zip(svc.token.bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0
+    })
 }
 
 fn refuse(code: StatusCode, msg: &str) -> Response {
@@ -148,7 +152,11 @@ struct Item {
     patch: Option<String>,
 }
 
-async fn grade(State(svc): State<Arc<Service>>, headers: HeaderMap, body: Result<Json<Request>, axum::extract::rejection::JsonRejection>) -> Response {
+async fn grade(
+    State(svc): State<Arc<Service>>,
+    headers: HeaderMap,
+    body: Result<Json<Request>, axum::extract::rejection::JsonRejection>,
+) -> Response {
     if !authorized(&svc, &headers) {
         return refuse(StatusCode::UNAUTHORIZED, "send `Authorization: Bearer TOKEN`");
     }
@@ -182,7 +190,9 @@ fn grade_items(svc: &Service, mode: Mode, items: &[Item]) -> Vec<Value> {
         let seed_id = svc.grader.instance(&it.instance_id).map(|i| i.seed_id()).unwrap_or(it.instance_id.clone());
         let (context, oracle) = svc.seed.get(&seed_id).map_or((&empty, &empty), |(c, o)| (c, o));
         let a = match (&it.completion, &it.patch) {
-            (Some(c), _) if svc.seed.contains_key(&seed_id) => modes::answer(context, oracle, c).map_err(|e| e.to_string()),
+            (Some(c), _) if svc.seed.contains_key(&seed_id) => {
+                modes::answer(context, oracle, c).map_err(|e| e.to_string())
+            }
             (Some(c), _) => match modes::extract_diff(c) {
                 Some(d) => Ok(raw_patch(d, context, oracle)),
                 None => Err(format!("{} has no context files here: send a `patch`", it.instance_id)),
@@ -234,11 +244,20 @@ fn grade_items(svc: &Service, mode: Mode, items: &[Item]) -> Vec<Value> {
 
 /// A patch sent as is: graded as given; its similarity is the reference's unidiff reward
 /// against the oracle when the instance's files are known.
-fn raw_patch(p: &str, context: &crate::reward::rollouts::Files, oracle: &crate::reward::rollouts::Files) -> modes::Answer {
+fn raw_patch(
+    p: &str,
+    context: &crate::reward::rollouts::Files,
+    oracle: &crate::reward::rollouts::Files,
+) -> modes::Answer {
     let similarity = if oracle.is_empty() {
         0.0
     } else {
         crate::reward::unidiff_reward(&[modes::git_diff(context, oracle)], &[p.to_string()]).reward
     };
-    modes::Answer { reward_similarity: -1.0, format_error: Some("a patch, not a SWE-RL answer".into()), patch: Some(p.to_string()), similarity }
+    modes::Answer {
+        reward_similarity: -1.0,
+        format_error: Some("a patch, not a SWE-RL answer".into()),
+        patch: Some(p.to_string()),
+        similarity,
+    }
 }

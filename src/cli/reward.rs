@@ -86,7 +86,11 @@ impl RewardArgs {
             };
             let mut failed = 0;
             for input in &inputs {
-                let dest = if to_file { out.clone() } else { out.join(input.file_name().context("a rollout file has no name")?) };
+                let dest = if to_file {
+                    out.clone()
+                } else {
+                    out.join(input.file_name().context("a rollout file has no name")?)
+                };
                 if std::path::absolute(&dest)? == std::path::absolute(input)? {
                     bail!("--out {}: would overwrite the input {}", out.display(), input.display());
                 }

@@ -85,8 +85,12 @@ pub fn read_predictions(path: &Path) -> Result<Vec<Prediction>> {
 pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
     let predictions = read_predictions(&opts.predictions)?;
     let grader = Grader::open(lake, opts.mirrors.clone(), opts.cfg.clone(), 0).await?;
-    let mut report =
-        Report { total_instances: grader.instance_count(), submitted_instances: predictions.len(), schema_version: 2, ..Default::default() };
+    let mut report = Report {
+        total_instances: grader.instance_count(),
+        submitted_instances: predictions.len(),
+        schema_version: 2,
+        ..Default::default()
+    };
     let logs = opts.out.parent().unwrap_or(Path::new(".")).join("logs");
     std::fs::create_dir_all(&logs)?;
     let mut seen = BTreeSet::new();
@@ -116,7 +120,12 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
         models.push(p.model_name_or_path.clone());
     }
     if !to_grade.is_empty() {
-        eprintln!("evaluate: {} patch(es), {} at once; sandbox: {}", to_grade.len(), grader.jobs(), grader.sandbox_bounds());
+        eprintln!(
+            "evaluate: {} patch(es), {} at once; sandbox: {}",
+            to_grade.len(),
+            grader.jobs(),
+            grader.sandbox_bounds()
+        );
     }
     let grader = std::sync::Arc::new(grader);
     let (g, items, logs2) = (grader.clone(), to_grade.clone(), logs.clone());
@@ -129,8 +138,7 @@ pub async fn evaluate(lake: &Lake, opts: &EvaluateOptions) -> Result<Report> {
         let o = &g.outcome;
         // SWE-bench counts a patch that does not apply as an error.
         let status = if o.status == "patch_failed" { "error" } else { o.status.as_str() };
-        let reason =
-            if o.status == "patch_failed" { format!("{} (patch_failed)", o.reason) } else { o.reason.clone() };
+        let reason = if o.status == "patch_failed" { format!("{} (patch_failed)", o.reason) } else { o.reason.clone() };
         let record = serde_json::json!({
             "instance_id": id,
             "model_name_or_path": model,

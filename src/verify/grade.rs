@@ -92,6 +92,15 @@ impl Graded {
     fn error(reason: impl Into<String>) -> Graded {
         Graded { outcome: TestOutcome::error(reason), tests: BTreeMap::new(), cached: false }
     }
+
+    /// The same grade, answered without a run (0 seconds).
+    fn from_cache(&self) -> Graded {
+        Graded {
+            outcome: TestOutcome { seconds: 0.0, ..self.outcome.clone() },
+            tests: self.tests.clone(),
+            cached: true,
+        }
+    }
 }
 
 /// An instance made ready once: its plan, environment and a tree of its merge base.
@@ -196,7 +205,7 @@ impl Grader {
         let key = (inst.seed_id(), patch.to_string());
         if logs.is_none() {
             if let Some(g) = self.done.lock().expect("cache lock").get(&key) {
-                return Graded { cached: true, ..g.clone() };
+                return g.from_cache();
             }
         }
         let t0 = Instant::now();
@@ -261,11 +270,11 @@ impl Grader {
         of.iter()
             .enumerate()
             .map(|(i, &f)| {
-                let g = results[&f].clone();
+                let g = &results[&f];
                 if i != f {
-                    Graded { cached: true, ..g }
+                    g.from_cache()
                 } else {
-                    g
+                    g.clone()
                 }
             })
             .collect()
@@ -325,8 +334,11 @@ impl Grader {
     /// One grading: a copy of the base tree, the patch applied in the sandbox, the PR's test
     /// files overlaid, the tests run.
     fn run(&self, i: &Instance, ready: &Ready, patch: &str, logs: Option<&Path>) -> Result<Graded> {
-        let n = self.seq.fetch_add(1, Ordering::SeqCst);
-        let side = self.work.join(format!("run-{n}"));
+        // With logs the run's tree sits beside them ([verify] keep_trees keeps it for a look).
+        let side = match logs {
+            Some(l) => l.join("run"),
+            None => self.work.join(format!("run-{}", self.seq.fetch_add(1, Ordering::SeqCst))),
+        };
         let _ = std::fs::remove_dir_all(&side);
         std::fs::create_dir_all(&side)?;
         let logs_dir = logs.map(Path::to_path_buf).unwrap_or_else(|| side.join("logs"));

@@ -11,6 +11,7 @@ mod docs;
 mod git_prs;
 mod github_api;
 mod github_mock;
+mod grading;
 mod history;
 mod ingest;
 mod lake;

@@ -17,7 +17,7 @@ use crate::git_prs::{commit, git, merge, write, ALICE, BOB};
 
 /// Whether the sandbox and the registry are reachable here: with SWELAKE_REQUIRE_PYTHON=1 (CI)
 /// their absence fails the test instead of skipping it.
-fn can_verify() -> bool {
+pub(crate) fn can_verify() -> bool {
     let bwrap = Command::new("bwrap")
         .args(["--ro-bind", "/", "/", "--unshare-all", "--", "/bin/true"])
         .output()
@@ -45,7 +45,7 @@ const TESTS: &str =
 const COUNTER: &str = "import os\n\n\ndef test_counter():\n    path = os.path.join(os.path.dirname(__file__), \"counter.txt\")\n    n = int(open(path).read()) if os.path.exists(path) else 0\n    open(path, \"w\").write(str(n + 1))\n    assert n % 2 == 0\n";
 
 /// acme/calc with four merged PRs, each a merge commit of GitHub's form.
-fn make_repo(dir: &Path) {
+pub(crate) fn make_repo(dir: &Path) {
     std::fs::create_dir_all(dir).unwrap();
     git(dir, &["init", "-q"]);
     write(dir, "pyproject.toml", PYPROJECT);
@@ -167,7 +167,7 @@ async fn verdicts(ctx: &datafusion::prelude::SessionContext) -> Vec<Verdict> {
 }
 
 /// Runs the CLI; panics with its output when it fails.
-fn swelake(args: &[&str], env: &[(&str, &str)]) -> String {
+pub(crate) fn swelake(args: &[&str], env: &[(&str, &str)]) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_swelake")).args(args).envs(env.iter().copied()).output().unwrap();
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "swelake {args:?}:\n{text}");
@@ -193,17 +193,17 @@ fn process_running(argv: &[&str]) -> bool {
 
 /// A repository made by `make`, its mirror as `src/<name>.git`, a repos file naming it, and a
 /// config whose environments stay in [`verify_dir`] between test runs.
-struct Fixture {
-    dir: tempfile::TempDir,
-    lake: String,
-    list: String,
-    url: String,
-    cache: String,
-    config: String,
+pub(crate) struct Fixture {
+    pub(crate) dir: tempfile::TempDir,
+    pub(crate) lake: String,
+    pub(crate) list: String,
+    pub(crate) url: String,
+    pub(crate) cache: String,
+    pub(crate) config: String,
 }
 
 impl Fixture {
-    fn new(name: &str, make: fn(&Path), keep_trees: bool) -> Fixture {
+    pub(crate) fn new(name: &str, make: fn(&Path), keep_trees: bool) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let work = dir.path().join("work");
         make(&work);
@@ -232,7 +232,7 @@ impl Fixture {
     }
 
     /// The flags every command of the test shares.
-    fn common(&self) -> [&str; 10] {
+    pub(crate) fn common(&self) -> [&str; 10] {
         [
             "--lake",
             &self.lake,

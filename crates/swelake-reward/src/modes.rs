@@ -252,8 +252,9 @@ mod tests {
     fn an_edit_answer_becomes_the_patch_git_applies() {
         let ctx = files(&[("calc.py", CONTEXT)]);
         let oracle = files(&[("calc.py", FIXED)]);
-        let a = answer(&ctx, &oracle, &edit_answer("def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b"))
-            .unwrap();
+        let a =
+            answer(&ctx, &oracle, &edit_answer("def add(a, b):\n    return a - b", "def add(a, b):\n    return a + b"))
+                .unwrap();
         assert_eq!(a.reward_similarity, 1.0);
         assert_eq!(a.similarity, 1.0);
         // Written out by hand, as git diff writes it.
@@ -295,7 +296,13 @@ mod tests {
     #[test]
     fn modes_rank_resolved_over_any_similarity() {
         let a = Answer { reward_similarity: 0.9, format_error: None, patch: Some("p".into()), similarity: 0.9 };
-        let resolved = TestOutcome { status: "resolved".into(), resolved: true, f2p_passed: 2, f2p_total: 2, ..Default::default() };
+        let resolved = TestOutcome {
+            status: "resolved".into(),
+            resolved: true,
+            f2p_passed: 2,
+            f2p_total: 2,
+            ..Default::default()
+        };
         let half = TestOutcome { status: "unresolved".into(), f2p_passed: 1, f2p_total: 2, ..Default::default() };
         let refused = TestOutcome { status: "patch_failed".into(), ..Default::default() };
         let error = TestOutcome::error("environment failed");

@@ -243,7 +243,8 @@ pub fn score_rollouts_with(
         let ans = |r: usize| answers[r].as_ref().ok().map(|(_, a)| a);
         let n = answers.len();
         let f64s = |f: &dyn Fn(usize) -> Option<f64>| -> ArrayRef { Arc::new(Float64Array::from_iter((0..n).map(f))) };
-        let strs = |f: &dyn Fn(usize) -> Option<String>| -> ArrayRef { Arc::new(StringArray::from_iter((0..n).map(f))) };
+        let strs =
+            |f: &dyn Fn(usize) -> Option<String>| -> ArrayRef { Arc::new(StringArray::from_iter((0..n).map(f))) };
         let mut columns: Vec<ArrayRef> = kept.iter().map(|i| batch.column(*i).clone()).collect();
         columns.push(f64s(&|r| rewards[r]));
         columns.push(strs(&|r| ans(r).and_then(|a| a.format_error.clone())));
@@ -256,7 +257,9 @@ pub fn score_rollouts_with(
             columns.push(f64s(&|r| ans(r).and_then(|a| a.reward(Mode::Tests, outcomes[r].as_ref()))));
             columns.push(f64s(&|r| ans(r).and_then(|a| a.reward(Mode::Hybrid, outcomes[r].as_ref()))));
             let out = |r: usize| outcomes[r].as_ref();
-            columns.push(Arc::new(BooleanArray::from_iter((0..n).map(|r| out(r).filter(|o| o.graded()).map(|o| o.resolved)))));
+            columns.push(Arc::new(BooleanArray::from_iter(
+                (0..n).map(|r| out(r).filter(|o| o.graded()).map(|o| o.resolved)),
+            )));
             for f in [
                 |o: &TestOutcome| o.f2p_passed,
                 |o: &TestOutcome| o.f2p_total,

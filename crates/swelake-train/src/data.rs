@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use arrow::array::{
-    Array, ArrayRef, AsArray, BooleanArray, Float32Builder, Float64Array, Int64Array, ListBuilder, RecordBatch, StringArray,
-    UInt32Builder,
+    Array, ArrayRef, AsArray, BooleanArray, Float32Builder, Float64Array, Int64Array, ListBuilder, RecordBatch,
+    StringArray, UInt32Builder,
 };
 use arrow::datatypes::{DataType, Field, Schema};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;

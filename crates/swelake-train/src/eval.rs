@@ -12,8 +12,8 @@ use swelake_reward::modes::Mode;
 use swelake_reward::rollouts::GradeFn;
 
 use super::data::{Rollout, SeedInstance};
-use super::reward::Rewarder;
 use super::generate::{sample_group, Rng, Sampling};
+use super::reward::Rewarder;
 use super::Policy;
 
 #[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
@@ -168,7 +168,8 @@ pub fn evaluate_rollouts(
         .zip(score_all(&items, &owned, grade))
         .map(|(r, (reward, well_formed, resolved, _))| {
             let inst = seed.get(&r.instance_id);
-            let well_formed = if inst.is_some() { well_formed } else { swelake_reward::extract_answer(&r.completion).is_ok() };
+            let well_formed =
+                if inst.is_some() { well_formed } else { swelake_reward::extract_answer(&r.completion).is_ok() };
             Scored {
                 instance_id: r.instance_id.clone(),
                 repo_name: inst

@@ -11,11 +11,11 @@ use super::data::{self, Rollout, SeedInstance};
 use super::eval;
 use super::generate::{Rng, Sampling};
 use super::grpo::{LossAgg, Objective};
-use super::reward::Rewarder;
-use swelake_reward::modes::Mode;
 use super::optim::OptimConfig;
+use super::reward::Rewarder;
 use super::trainer::{TrainConfig, Trainer};
 use super::{device, Policy, MODEL_SPECS};
+use swelake_reward::modes::Mode;
 
 #[derive(Debug, Clone)]
 pub struct ModelOptions {
@@ -221,7 +221,10 @@ pub type Grade<'a> = swelake_reward::rollouts::GradeFn<'a>;
 /// Trains with `a`; `grade` is needed when `a.reward` runs tests.
 pub fn train(a: &TrainOptions, grade: Option<&Grade<'_>>) -> Result<()> {
     if a.online && a.reward.runs_tests() && grade.is_none() {
-        bail!("--reward {} runs the instances' tests: it needs a lake with verified instances (--lake, --repo-url)", a.reward);
+        bail!(
+            "--reward {} runs the instances' tests: it needs a lake with verified instances (--lake, --repo-url)",
+            a.reward
+        );
     }
     swelake_core::memory::keep_freed_memory();
     let policy = a.model.load()?;

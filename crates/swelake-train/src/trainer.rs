@@ -405,10 +405,7 @@ impl Trainer {
                 handles.push(scope.spawn(move || reward(&items)));
                 sampled.push((group_id, prompt, rows, samples));
             }
-            handles
-                .into_iter()
-                .map(|h| h.join().map_err(|_| anyhow::anyhow!("scoring a group panicked")))
-                .collect()
+            handles.into_iter().map(|h| h.join().map_err(|_| anyhow::anyhow!("scoring a group panicked"))).collect()
         })?;
         let mut groups = Vec::new();
         let mut all_rows = Vec::new();
