@@ -94,7 +94,7 @@ impl Graded {
     }
 
     /// The same grade, answered without a run (0 seconds).
-    fn from_cache(&self) -> Graded {
+    fn as_cached(&self) -> Graded {
         Graded {
             outcome: TestOutcome { seconds: 0.0, ..self.outcome.clone() },
             tests: self.tests.clone(),
@@ -205,7 +205,7 @@ impl Grader {
         let key = (inst.seed_id(), patch.to_string());
         if logs.is_none() {
             if let Some(g) = self.done.lock().expect("cache lock").get(&key) {
-                return g.from_cache();
+                return g.as_cached();
             }
         }
         let t0 = Instant::now();
@@ -272,7 +272,7 @@ impl Grader {
             .map(|(i, &f)| {
                 let g = &results[&f];
                 if i != f {
-                    g.from_cache()
+                    g.as_cached()
                 } else {
                     g.clone()
                 }

@@ -60,6 +60,15 @@ pub struct Rollout {
 }
 
 impl Rollout {
+    /// Whether the answer was malformed for the mode that rewarded it: no patch for the test
+    /// modes (a diff answer is well-formed there), the reference's format error otherwise.
+    pub fn malformed(&self) -> bool {
+        match self.reward_mode.as_deref() {
+            Some("tests" | "hybrid") => self.predicted_patch.is_none(),
+            _ => self.format_error.is_some(),
+        }
+    }
+
     /// The columns of a score.
     pub fn set_score(&mut self, mode: &str, s: &super::reward::Scored) {
         self.reward = s.reward;
@@ -222,6 +231,8 @@ pub fn read_rollouts(glob: &str) -> Result<Vec<Rollout>> {
         "reward",
         "format_error",
         "resolved",
+        "reward_mode",
+        "predicted_patch",
     ];
     let mut out = Vec::new();
     for path in expand_glob(glob)? {
@@ -241,6 +252,8 @@ pub fn read_rollouts(glob: &str) -> Result<Vec<Rollout>> {
             let rewards =
                 b.column_by_name("reward").map(|c| arrow::compute::cast(c, &DataType::Float64)).transpose()?;
             let resolved = b.column_by_name("resolved").and_then(|c| c.as_boolean_opt());
+            let modes = string_col(&b, "reward_mode")?;
+            let patches = string_col(&b, "predicted_patch")?;
             for r in 0..b.num_rows() {
                 if ids.is_null(r) || groups.is_null(r) || completions.is_null(r) {
                     bail!("{}: row {r} has a NULL instance_id, group_id or completion", path.display());
@@ -268,6 +281,8 @@ pub fn read_rollouts(glob: &str) -> Result<Vec<Rollout>> {
                         .map(|a| a.value(r)),
                     format_error: opt_str(&errors, r),
                     resolved: resolved.filter(|a| !a.is_null(r)).map(|a| a.value(r)),
+                    reward_mode: opt_str(&modes, r),
+                    predicted_patch: opt_str(&patches, r),
                     ..Default::default()
                 });
             }

@@ -88,12 +88,16 @@ pub fn report(rows: &[Scored], tested: bool) -> Report {
     }
 }
 
+/// An answer's SWE-RL reward, whether it is well-formed, whether it resolved (with a grader)
+/// and its patch.
+type AnswerScore = (Option<f64>, bool, Option<bool>, Option<String>);
+
 /// Scores answers: the SWE-RL similarity, and with a grader the tests.
 fn score_all(
     items: &[(String, String)],
     seed: &HashMap<String, SeedInstance>,
     grade: Option<&GradeFn<'_>>,
-) -> Vec<(Option<f64>, bool, Option<bool>, Option<String>)> {
+) -> Vec<AnswerScore> {
     let mode = if grade.is_some() { Mode::Tests } else { Mode::Similarity };
     let rewarder = Rewarder { mode, seed, grade };
     rewarder

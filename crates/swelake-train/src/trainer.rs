@@ -64,6 +64,9 @@ impl Default for TrainConfig {
 /// another thread while the next group samples.
 pub type RewardFn<'a> = dyn Fn(&[(String, String)]) -> Vec<super::reward::Scored> + Sync + 'a;
 
+/// A group as sampled, before its scores: id, prompt tokens, rows, samples.
+type SampledGroup = (String, Vec<u32>, Vec<Rollout>, Vec<Sample>);
+
 /// One completion of a group, tokenised.
 #[derive(Debug, Clone)]
 pub struct Seq {
@@ -371,7 +374,7 @@ impl Trainer {
         reward: &RewardFn<'_>,
         mode: &str,
     ) -> Result<(Vec<Group>, Vec<Rollout>)> {
-        let mut sampled: Vec<(String, Vec<u32>, Vec<Rollout>, Vec<Sample>)> = Vec::new();
+        let mut sampled: Vec<SampledGroup> = Vec::new();
         // Each group is scored on a thread of its own while the next one samples: a test
         // reward's sandboxes run beside the model instead of after it.
         let scores: Vec<Vec<super::reward::Scored>> = std::thread::scope(|scope| -> Result<_> {
@@ -527,14 +530,7 @@ pub fn groups_from_rollouts(
                 }
             };
             let behavior = r.behavior_logprobs.clone().filter(|b| b.len() == completion.len());
-            seqs.push(Seq {
-                prompt,
-                completion,
-                behavior,
-                reward,
-                format_error: r.format_error.is_some(),
-                resolved: r.resolved,
-            });
+            seqs.push(Seq { prompt, completion, behavior, reward, format_error: r.malformed(), resolved: r.resolved });
         }
         groups.push(Group { id: gid, seqs });
     }
