@@ -24,6 +24,18 @@ const MEAN_FIXED: &str = "def mean(xs):\n    if not xs:\n        return 0.0\n   
 /// The fix of PR 1 as a unified diff, in a fenced block of an answer.
 const FIX_DIFF: &str = "Here it is:\n```diff\ndiff --git a/src/calc/__init__.py b/src/calc/__init__.py\n--- a/src/calc/__init__.py\n+++ b/src/calc/__init__.py\n@@ -1,4 +1,6 @@\n def mean(xs):\n+    if not xs:\n+        return 0.0\n     return sum(xs) / len(xs)\n \n \n```\n";
 
+/// The first record batch of a Parquet file.
+fn first_batch(path: &std::path::Path) -> arrow::array::RecordBatch {
+    let f = std::fs::File::open(path).unwrap();
+    parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+}
+
 fn rollout(id: &str, group: &str, k: i64, completion: &str) -> Rollout {
     Rollout {
         instance_id: id.into(),
@@ -184,14 +196,7 @@ async fn rewards_run_the_tests_for_rollouts_training_eval_and_the_grading_servic
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
-    let f = std::fs::File::open(dir.join("unverified-out.parquet")).unwrap();
-    let b3 = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-        .unwrap()
-        .build()
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap();
+    let b3 = first_batch(&dir.join("unverified-out.parquet"));
     assert!(b3.column_by_name("reward").unwrap().is_null(0));
     assert!(b3.column_by_name("reward_error").unwrap().as_string::<i32>().value(0).contains("not a verified instance"));
 
@@ -228,14 +233,7 @@ async fn rewards_run_the_tests_for_rollouts_training_eval_and_the_grading_servic
             .concat(),
             &[],
         );
-        let f = std::fs::File::open(out_dir.join("metrics.parquet")).unwrap();
-        let b = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-            .unwrap()
-            .build()
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap();
+        let b = first_batch(&out_dir.join("metrics.parquet"));
         assert!(b.column_by_name("resolved_rate").is_some() && b.column_by_name("graded").is_some());
         let mut rows = Vec::new();
         for i in 0..b.num_rows() {
@@ -256,14 +254,7 @@ async fn rewards_run_the_tests_for_rollouts_training_eval_and_the_grading_servic
     assert_eq!(m1.len(), 2);
     assert_eq!(m1, m2, "the same seed gave different metrics");
     let step_rollouts = dir.join("run1/rollouts/step-000000.parquet");
-    let f = std::fs::File::open(&step_rollouts).unwrap();
-    let sb = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
-        .unwrap()
-        .build()
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap();
+    let sb = first_batch(&step_rollouts);
     let modes = sb.column_by_name("reward_mode").unwrap().as_string::<i32>();
     assert!((0..modes.len()).all(|i| modes.value(i) == "hybrid"));
 
