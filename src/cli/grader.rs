@@ -111,9 +111,18 @@ impl GraderArgs {
             svc.grader.instance_count(),
             svc.seed.len()
         );
+        // Stopped by Ctrl-C or a service manager's SIGTERM: the grader's scratch trees go with it.
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
         axum::serve(listener, app)
-            .with_graceful_shutdown(async { tokio::signal::ctrl_c().await.ok().unwrap_or(()) })
+            .with_graceful_shutdown(async move {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            })
             .await?;
+        drop(svc);
+        eprintln!("grade-server: stopped");
         Ok(ExitCode::SUCCESS)
     }
 }

@@ -325,8 +325,10 @@ async fn rewards_run_the_tests_for_rollouts_training_eval_and_the_grading_servic
         &[payload_file.to_str().unwrap()],
         &[("SWELAKE_GRADER_URL", &url), ("SWELAKE_GRADER_TOKEN", &token)],
     );
-    let _ = server.kill();
-    let _ = server.wait();
+    // Stopped as a service manager stops it: it ends by itself.
+    let _ = Command::new("kill").args(["-TERM", &server.id().to_string()]).status();
+    let status = server.wait().unwrap();
+    assert!(status.success(), "grade-server on SIGTERM: {status}");
     let _ = std::fs::remove_file(&planted);
     assert!(!out.contains(&token), "the token came back: {out}");
     let got: serde_json::Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
