@@ -5,7 +5,7 @@ use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::{dir_bytes, have, timed_child};
+use super::{dir_bytes, have, timed_child, timed_child_on};
 use anyhow::{bail, Context, Result};
 
 #[derive(Debug, Clone)]
@@ -18,6 +18,10 @@ pub struct IngestBenchOptions {
     pub mb: usize,
     /// Working directory (generated hour, lakes, Parquet output).
     pub work: PathBuf,
+    /// Core counts to measure on (each: both sides pinned to that many CPUs).
+    pub cores: Vec<usize>,
+    /// Runs of each side per core count; medians are compared.
+    pub repeat: usize,
 }
 
 impl Default for IngestBenchOptions {
@@ -30,6 +34,8 @@ impl Default for IngestBenchOptions {
             events: 150_000,
             mb: 350,
             work: PathBuf::from("target/bench-ingest"),
+            cores: vec![1, 2],
+            repeat: 3,
         }
     }
 }
@@ -136,62 +142,109 @@ pub fn gunzip_pages(path: &Path, zstd_pages: bool) -> Result<(u64, u64)> {
 
 pub(super) const DUCKDB_SCRIPT: &str = include_str!("../../bench/duckdb_ingest.py");
 
-/// Times `swelake ingest` and DuckDB (when importable) on one hour file; prints their rows.
-/// Returns (swelake seconds, swelake peak RSS MiB, DuckDB seconds).
+/// The medians of `repeat` runs of `swelake ingest` and of DuckDB on one hour file.
+pub(super) struct Versus {
+    pub ingest_s: f64,
+    pub ingest_runs: Vec<f64>,
+    /// The highest peak RSS of the ingest runs, MiB.
+    pub ingest_rss: f64,
+    pub ingest_bytes: u64,
+    pub duck_s: Option<f64>,
+    pub duck_runs: Vec<f64>,
+    pub duck_bytes: u64,
+}
+
+fn have_duckdb() -> bool {
+    Command::new("python3").args(["-c", "import duckdb"]).status().map(|s| s.success()).unwrap_or(false)
+}
+
+/// Times `swelake ingest` (one file, `--jobs 1`) and DuckDB (when importable, `cpus` threads)
+/// `repeat` times each, both on the first `cpus` CPUs, alternating so that a slow spell of
+/// the machine falls on both sides; prints their rows (medians).
 pub(super) fn ingest_vs_duckdb(
     work: &Path,
     hour: &Path,
     n: usize,
     bytes: usize,
-    pin: bool,
-) -> Result<(f64, f64, Option<f64>)> {
+    cpus: Option<usize>,
+    repeat: usize,
+) -> Result<Versus> {
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     let hour_s = hour.to_string_lossy().into_owned();
     let lake = work.join("lake");
-    let _ = std::fs::remove_dir_all(&lake);
-    let (ingest_s, ingest_rss, out) = timed_child(
-        vec![
-            exe,
-            "--quiet".into(),
-            "ingest".into(),
-            "--source".into(),
-            hour_s.clone(),
-            "--lake".into(),
-            lake.to_string_lossy().into_owned(),
-            "--jobs".into(),
-            "1".into(),
-            "--json".into(),
-        ],
-        pin,
-    )?;
-    let summary: serde_json::Value = serde_json::from_str(&out).context("reading the ingest summary")?;
-    if summary["events_written"].as_u64() != Some(n as u64) {
-        bail!("ingest wrote {} events, expected {n}", summary["events_written"]);
-    }
-    let row = |name: &str, s: f64, out_bytes: u64| {
-        println!(
-            "{name:<34} {s:>9.2} {:>12.0} {:>10.0} {:>10.1}",
-            n as f64 / s,
-            bytes as f64 / 1e6 / s,
-            out_bytes as f64 / 1e6
-        )
-    };
-    row("swelake ingest (zstd)", ingest_s, dir_bytes(&lake.join("events")));
-    let duck = Command::new("python3").args(["-c", "import duckdb"]).status().map(|s| s.success()).unwrap_or(false);
-    if !duck {
-        println!("{:<34} (python3 cannot import duckdb: pip install duckdb)", "duckdb read_json -> parquet");
-        return Ok((ingest_s, ingest_rss, None));
-    }
+    let duck = have_duckdb();
     let script = work.join("duckdb_bench.py");
     std::fs::write(&script, DUCKDB_SCRIPT)?;
     let out_pq = work.join("duckdb.parquet");
-    let (wall, _, out) = timed_child(
-        vec!["python3".into(), script.to_string_lossy().into_owned(), hour_s, out_pq.to_string_lossy().into_owned()],
-        pin,
-    )?;
-    let inner: f64 = out.trim().parse().unwrap_or(wall);
-    row("duckdb read_json -> parquet", inner, dir_bytes(&out_pq));
-    Ok((ingest_s, ingest_rss, Some(inner)))
+    let threads = cpus.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let mut v = Versus {
+        ingest_s: 0.0,
+        ingest_runs: Vec::new(),
+        ingest_rss: 0.0,
+        ingest_bytes: 0,
+        duck_s: None,
+        duck_runs: Vec::new(),
+        duck_bytes: 0,
+    };
+    for _ in 0..repeat.max(1) {
+        let _ = std::fs::remove_dir_all(&lake);
+        let (secs, rss, out) = timed_child_on(
+            vec![
+                exe.clone(),
+                "--quiet".into(),
+                "ingest".into(),
+                "--source".into(),
+                hour_s.clone(),
+                "--lake".into(),
+                lake.to_string_lossy().into_owned(),
+                "--jobs".into(),
+                "1".into(),
+                "--json".into(),
+            ],
+            cpus,
+        )?;
+        let summary: serde_json::Value = serde_json::from_str(&out).context("reading the ingest summary")?;
+        if summary["events_written"].as_u64() != Some(n as u64) {
+            bail!("ingest wrote {} events, expected {n}", summary["events_written"]);
+        }
+        v.ingest_runs.push(secs);
+        v.ingest_rss = v.ingest_rss.max(rss);
+        v.ingest_bytes = dir_bytes(&lake.join("events"));
+        if duck {
+            let _ = std::fs::remove_file(&out_pq);
+            let (wall, _, out) = timed_child_on(
+                vec![
+                    "python3".into(),
+                    script.to_string_lossy().into_owned(),
+                    hour_s.clone(),
+                    out_pq.to_string_lossy().into_owned(),
+                    threads.to_string(),
+                ],
+                cpus,
+            )?;
+            v.duck_runs.push(out.trim().parse().unwrap_or(wall));
+            v.duck_bytes = dir_bytes(&out_pq);
+        }
+    }
+    let row = |name: &str, s: f64, runs: &[f64], out_bytes: u64| {
+        println!(
+            "{name:<34} {s:>9.2} {:>12.0} {:>10.0} {:>10.1}   runs {}",
+            n as f64 / s,
+            bytes as f64 / 1e6 / s,
+            out_bytes as f64 / 1e6,
+            super::jobs::runs_list(runs)
+        )
+    };
+    v.ingest_s = super::jobs::median(&v.ingest_runs);
+    row("swelake ingest (zstd)", v.ingest_s, &v.ingest_runs, v.ingest_bytes);
+    if duck {
+        let d = super::jobs::median(&v.duck_runs);
+        row("duckdb read_json -> parquet", d, &v.duck_runs, v.duck_bytes);
+        v.duck_s = Some(d);
+    } else {
+        println!("{:<34} (python3 cannot import duckdb: pip install duckdb)", "duckdb read_json -> parquet");
+    }
+    Ok(v)
 }
 
 /// Times the floor and the zstd bound on `hour` (pinned children) and prints their rows.
@@ -233,50 +286,66 @@ pub async fn ingest(a: &IngestBenchOptions) -> Result<()> {
     std::fs::create_dir_all(&a.work)?;
     let pin = have("taskset", "-V");
     if !pin {
-        println!("(taskset not found: timings are not pinned to one core)");
+        println!("(taskset not found: timings are not pinned to one core, and --cores cannot be honoured)");
     }
     let header =
-        || println!("{:<34} {:>9} {:>12} {:>10} {:>10}", "one core", "seconds", "events/s", "MB/s JSON", "output MB");
+        |what: &str| println!("{what:<34} {:>9} {:>12} {:>10} {:>10}", "seconds", "events/s", "MB/s JSON", "output MB");
+    let cores: Vec<usize> = if a.cores.is_empty() { vec![1] } else { a.cores.clone() };
 
     let hour = a.work.join("2025-01-01-15.json.gz");
     println!("generating {} (>= {} events, >= {} MB of JSON) ...", hour.display(), a.events, a.mb);
     let (n, bytes) = make_hour(&a.seed, a.events, a.mb << 20, false, &hour)?;
     let gz_mb = std::fs::metadata(&hour)?.len() as f64 / 1e6;
     println!("  {n} events, {:.0} MB JSON, {gz_mb:.0} MB gzipped\n", bytes as f64 / 1e6);
-    header();
+    header("one core");
     let (floor_s, _) = floor_and_bound(&hour, n, bytes, pin)?;
-    let (ingest_s, ingest_rss, duck_s) = ingest_vs_duckdb(&a.work, &hour, n, bytes, pin)?;
+    let mut copied = Vec::new();
+    for &c in &cores {
+        println!("{c} core(s), medians of {}:", a.repeat);
+        copied.push(ingest_vs_duckdb(&a.work, &hour, n, bytes, pin.then_some(c), a.repeat)?);
+    }
 
     let distinct = a.work.join("distinct").join("2025-01-01-15.json.gz");
     std::fs::create_dir_all(distinct.parent().expect("has a parent"))?;
     let (dn, dbytes) = make_hour(&a.seed, a.events, a.mb << 20, true, &distinct)?;
     println!("\nthe same hour with every payload distinct (\"_replica\":N), as in a real archive:");
-    header();
+    header("one core");
     let (d_floor_s, d_bound_s) = floor_and_bound(&distinct, dn, dbytes, pin)?;
-    let (d_ingest_s, d_rss, d_duck_s) = ingest_vs_duckdb(&a.work.join("distinct"), &distinct, dn, dbytes, pin)?;
-
-    println!(
-        "\nswelake ingest / floor time: {:.2}x copied payloads, {:.2}x distinct payloads (target <= 1.5x)",
-        ingest_s / floor_s,
-        d_ingest_s / d_floor_s
-    );
-    // Copied payloads are dictionary-encoded, so only the distinct hour's writer has to
-    // compress nearly all of its text: there the bound is about the least a zstd-writing
-    // ingest can take.
-    println!(
-        "  distinct payloads: the bound alone (no parsing, no columns) / floor: {:.2}x; swelake ingest / bound: {:.2}x",
-        d_bound_s / d_floor_s,
-        d_ingest_s / d_bound_s
-    );
-    match (duck_s, d_duck_s) {
-        (Some(d), Some(dd)) => println!(
-            "swelake vs duckdb throughput: {:.2}x copied payloads, {:.2}x distinct payloads (target > 1x)",
-            d / ingest_s,
-            dd / d_ingest_s
-        ),
-        _ => println!("swelake vs duckdb throughput: not measured (no duckdb)"),
+    let mut spread = Vec::new();
+    for &c in &cores {
+        println!("{c} core(s), medians of {}:", a.repeat);
+        spread.push(ingest_vs_duckdb(&a.work.join("distinct"), &distinct, dn, dbytes, pin.then_some(c), a.repeat)?);
     }
-    println!("swelake ingest peak RSS: {ingest_rss:.0} / {d_rss:.0} MiB (target < 1024 MiB)");
+
+    println!();
+    for ((c, cp), d) in cores.iter().zip(&copied).zip(&spread) {
+        println!(
+            "{c} core(s): swelake ingest / floor time: {:.2}x copied payloads, {:.2}x distinct payloads; distinct: swelake ingest / bound {:.2}x",
+            cp.ingest_s / floor_s,
+            d.ingest_s / d_floor_s,
+            d.ingest_s / d_bound_s
+        );
+        match (cp.duck_s, d.duck_s) {
+            (Some(dc), Some(dd)) => println!(
+                "{c} core(s): swelake vs duckdb throughput: {:.2}x copied payloads, {:.2}x distinct payloads (target >= 1.5x); output {:.1} / {:.1} MB against {:.1} / {:.1} MB",
+                dc / cp.ingest_s,
+                dd / d.ingest_s,
+                cp.ingest_bytes as f64 / 1e6,
+                d.ingest_bytes as f64 / 1e6,
+                cp.duck_bytes as f64 / 1e6,
+                d.duck_bytes as f64 / 1e6
+            ),
+            _ => println!("{c} core(s): swelake vs duckdb throughput: not measured (no duckdb)"),
+        }
+        println!(
+            "{c} core(s): swelake ingest peak RSS: {:.0} / {:.0} MiB (target < 1024 MiB)",
+            cp.ingest_rss, d.ingest_rss
+        );
+    }
+    println!(
+        "  (the bound alone, no parsing and no columns, is {:.2}x the floor on the distinct hour)",
+        d_bound_s / d_floor_s
+    );
     Ok(())
 }
 

@@ -7,7 +7,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use super::cluster::start_loopback;
-use super::timed_child;
+use super::timed_child_on;
 use anyhow::{bail, Context, Result};
 
 /// Options of `swelake bench jobs`.
@@ -24,6 +24,8 @@ pub struct JobsBenchOptions {
     pub python: String,
     /// Runs of each PR job on both sides of the DuckDB comparison; the median counts.
     pub repeat: usize,
+    /// Pin every step (ours and DuckDB, with as many threads) to this many CPUs.
+    pub cores: Option<usize>,
 }
 
 /// The PR jobs compared with DuckDB.
@@ -142,7 +144,7 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
     let mut figures: Vec<JobFigure> = Vec::new();
 
     let local = o.work.join("local");
-    let (secs, rss, out) = timed_child(
+    let (secs, rss, out) = timed_child_on(
         vec![
             exe_s.clone(),
             "-q".into(),
@@ -153,7 +155,7 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
             s(&local),
             "--json".into(),
         ],
-        false,
+        o.cores,
     )?;
     let v: serde_json::Value = serde_json::from_str(out.trim()).with_context(|| format!("ingest printed {out:?}"))?;
     let events = v["events_written"].as_u64().unwrap_or(0);
@@ -166,9 +168,9 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
     });
     let mut local_rows = BTreeMap::new();
     for job in BENCH_JOBS {
-        let (_, rss, out) = timed_child(
+        let (_, rss, out) = timed_child_on(
             vec![exe_s.clone(), "-q".into(), "run".into(), job.into(), "--lake".into(), s(&local), "--json".into()],
-            false,
+            o.cores,
         )?;
         let (rows, secs) = job_of_run(&out, job)?;
         local_rows.insert(job, rows);
@@ -187,9 +189,9 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
         let _ = std::fs::remove_dir_all(&lake);
         link_dir(&local.join("events"), &lake.join("events"))?;
         for job in PR_JOBS {
-            let (_, _, out) = timed_child(
+            let (_, _, out) = timed_child_on(
                 vec![exe_s.clone(), "-q".into(), "run".into(), job.into(), "--lake".into(), s(&lake), "--json".into()],
-                false,
+                o.cores,
             )?;
             let (rows, secs) = job_of_run(&out, job)?;
             if rows != local_rows[job] {
@@ -201,7 +203,7 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
     }
 
     // The whole pipeline's SQL part in one process, as a scheduled run does it.
-    let (secs, rss, _) = timed_child(
+    let (secs, rss, _) = timed_child_on(
         vec![
             exe_s.clone(),
             "-q".into(),
@@ -213,7 +215,7 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
             s(&o.work.join("all")),
             "--json".into(),
         ],
-        false,
+        o.cores,
     )?;
     figures.push(JobFigure {
         step: "run --all".into(),
@@ -235,7 +237,7 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
                 link_dir(&local.join("events"), &lake.join("events"))?;
                 let mut total = 0.0;
                 for job in BENCH_JOBS {
-                    let (_, _, out) = timed_child(
+                    let (_, _, out) = timed_child_on(
                         vec![
                             exe_s.clone(),
                             "-q".into(),
@@ -249,7 +251,7 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
                             "--scheduler".into(),
                             cluster.1.clone(),
                         ],
-                        false,
+                        o.cores,
                     )?;
                     let (rows, secs) = job_of_run(&out, job)?;
                     if rows != local_rows[job] {
@@ -295,10 +297,10 @@ pub async fn jobs(o: &JobsBenchOptions) -> Result<()> {
             table.get_file_uris()?.map(|u| u.strip_prefix("file://").map(str::to_string).unwrap_or(u)).collect();
         let list_file = o.work.join("events-files.txt");
         std::fs::write(&list_file, list.join("\n"))?;
-        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-        let (_, rss, out) = timed_child(
+        let threads = o.cores.unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+        let (_, rss, out) = timed_child_on(
             vec![o.python.clone(), s(script), s(&list_file), threads.to_string(), o.repeat.to_string()],
-            false,
+            o.cores,
         )?;
         let v: serde_json::Value =
             serde_json::from_str(out.trim()).with_context(|| format!("duckdb printed {out:?}"))?;

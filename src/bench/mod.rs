@@ -40,12 +40,20 @@ fn have(cmd: &str, arg: &str) -> bool {
     Command::new(cmd).arg(arg).output().map(|o| o.status.success()).unwrap_or(false)
 }
 
-/// Runs a command pinned to CPU 0 if `taskset` exists; returns wall seconds, the peak RSS of
-/// that child in MiB (from its own `wait4` usage, not the maximum over earlier children) and
-/// its stdout.
-fn timed_child(mut args: Vec<String>, pin: bool) -> Result<(f64, f64, String)> {
-    if pin {
-        args.splice(0..0, ["taskset".to_string(), "-c".to_string(), "0".to_string()]);
+/// Runs a command pinned to CPU 0 if `pin` (`taskset` must exist); returns wall seconds, the
+/// peak RSS of that child in MiB (from its own `wait4` usage, not the maximum over earlier
+/// children) and its stdout.
+fn timed_child(args: Vec<String>, pin: bool) -> Result<(f64, f64, String)> {
+    timed_child_on(args, pin.then_some(1))
+}
+
+/// [`timed_child`] on the first `cpus` CPUs (`None`: wherever the system runs it). A process
+/// pinned so sees only those CPUs as available parallelism (DataFusion's partitions, our
+/// thread counts), as on a machine of that size.
+fn timed_child_on(mut args: Vec<String>, cpus: Option<usize>) -> Result<(f64, f64, String)> {
+    if let Some(n) = cpus {
+        let list = if n <= 1 { "0".to_string() } else { format!("0-{}", n - 1) };
+        args.splice(0..0, ["taskset".to_string(), "-c".to_string(), list]);
     }
     let t = Instant::now();
     let mut child = Command::new(&args[0])

@@ -194,11 +194,25 @@ pub(crate) struct IngestBenchArgs {
     /// Working directory (generated hour, lakes, Parquet output).
     #[arg(long, default_value = "target/bench-ingest")]
     work: PathBuf,
+    /// Core counts to compare on: each pins both sides (swelake ingest of the one file, DuckDB
+    /// with as many threads) to that many CPUs.
+    #[arg(long, value_delimiter = ',', default_value = "1,2")]
+    cores: Vec<usize>,
+    /// Runs of each side per core count (the medians are compared).
+    #[arg(long, default_value_t = 3)]
+    repeat: usize,
 }
 
 impl IngestBenchArgs {
     pub(crate) fn into_options(self) -> crate::bench::IngestBenchOptions {
-        crate::bench::IngestBenchOptions { seed: self.seed, events: self.events, mb: self.mb, work: self.work }
+        crate::bench::IngestBenchOptions {
+            seed: self.seed,
+            events: self.events,
+            mb: self.mb,
+            work: self.work,
+            cores: self.cores.into_iter().filter(|c| *c > 0).collect(),
+            repeat: self.repeat.max(1),
+        }
     }
 }
 
@@ -353,6 +367,10 @@ pub(crate) struct JobsBenchArgs {
     /// the four jobs on each Ballista cluster size (the medians count).
     #[arg(long, default_value_t = 3)]
     repeat: usize,
+    /// Pin every step, ours and DuckDB's (with as many threads), to this many CPUs [default:
+    /// not pinned, all of them].
+    #[arg(long)]
+    cores: Option<usize>,
 }
 
 impl JobsBenchArgs {
@@ -366,6 +384,7 @@ impl JobsBenchArgs {
             ballista: !self.no_ballista,
             python: self.python,
             repeat: self.repeat.max(1),
+            cores: self.cores.filter(|c| *c > 0),
         }
     }
 }

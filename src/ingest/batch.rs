@@ -118,7 +118,6 @@ builders! {
 pub struct EventsBuilder {
     cols: Cols,
     rows: usize,
-    bytes: usize,
     cap: usize,
 }
 
@@ -151,12 +150,9 @@ impl ClusteredEvents {
         ClusteredEvents { groups: std::array::from_fn(|_| EventsBuilder::new((cap / 4).max(1024))) }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.groups.iter().map(EventsBuilder::len).sum()
-    }
-
-    pub fn bytes(&self) -> usize {
-        self.groups.iter().map(EventsBuilder::bytes).sum()
     }
 
     pub fn push(&mut self, e: &Event<'_>, source_file: &str, line: u64) {
@@ -175,7 +171,12 @@ impl ClusteredEvents {
 
     /// The held events as batches, one per non-empty group, in group order; starts over.
     pub fn finish(&mut self) -> Vec<RecordBatch> {
-        self.groups.iter_mut().filter(|g| !g.is_empty()).map(EventsBuilder::finish).collect()
+        self.finish_groups().into_iter().map(|(_, b)| b).collect()
+    }
+
+    /// [`ClusteredEvents::finish`] with each batch's group (0..4).
+    pub fn finish_groups(&mut self) -> Vec<(usize, RecordBatch)> {
+        self.groups.iter_mut().enumerate().filter(|(_, g)| !g.is_empty()).map(|(i, g)| (i, g.finish())).collect()
     }
 }
 
@@ -186,20 +187,16 @@ pub fn date32_of(micros: i64) -> i32 {
 
 impl EventsBuilder {
     pub fn new(cap: usize) -> Self {
-        EventsBuilder { cols: Cols::new(cap), rows: 0, bytes: 0, cap }
+        EventsBuilder { cols: Cols::new(cap), rows: 0, cap }
     }
 
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.rows
     }
 
     pub fn is_empty(&self) -> bool {
         self.rows == 0
-    }
-
-    /// Approximate bytes of text held, to bound memory independently of row count.
-    pub fn bytes(&self) -> usize {
-        self.bytes
     }
 
     pub fn push(&mut self, e: &Event<'_>, source_file: &str, line: u64) {
@@ -284,7 +281,6 @@ impl EventsBuilder {
         c.event_date.append_value(date32_of(e.created_at));
         c.source.val(if source_file.starts_with(SOURCE_PREFIX) { "github_api" } else { "gharchive" });
         self.rows += 1;
-        self.bytes += e.payload_raw.len() + 256;
     }
 
     pub fn finish(&mut self) -> RecordBatch {
@@ -296,7 +292,6 @@ impl EventsBuilder {
         self.cols.payload = Str(StringBuilder::with_capacity(self.cap, want));
         let arrays = cols.finish();
         self.rows = 0;
-        self.bytes = 0;
         RecordBatch::try_new(EVENTS_SCHEMA.clone(), arrays).expect("builders follow schemas/events.toml")
     }
 }

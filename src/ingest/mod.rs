@@ -13,11 +13,12 @@ pub(crate) mod batch;
 pub mod completeness;
 pub(crate) mod event;
 pub mod github;
+mod parallel;
 pub(crate) mod reader;
 pub(crate) mod scan;
 pub mod source;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,10 +35,10 @@ use crate::lake::{writer_properties, Lake, StagedFile, TableWriter};
 use crate::progress;
 use crate::stage::{JobSummary, Stage, StageCtx, Unit};
 use batch::{
-    ClusteredEvents, RejectedBuilder, EVENTS, EVENTS_REJECTED, EVENTS_SCHEMA, EVENT_DATE, LONG_TEXT_COLUMNS,
-    REJECTED_SCHEMA, REPEATED_TEXT_COLUMNS,
+    RejectedBuilder, EVENTS, EVENTS_REJECTED, EVENTS_SCHEMA, EVENT_DATE, LONG_TEXT_COLUMNS, REJECTED_SCHEMA,
+    REPEATED_TEXT_COLUMNS,
 };
-use event::{parse_line, Rejection};
+use event::Rejection;
 use reader::{Compression, Line, LineReader};
 use source::{Hour, SourceFile};
 
@@ -384,39 +385,16 @@ async fn ingest_sources(
     Ok(())
 }
 
-/// Event ids seen in one file. GitHub's ids are decimal numbers, kept as u64 (no allocation
-/// per event); anything else is kept as a string.
-#[derive(Default)]
-struct SeenIds {
-    numeric: rustc_hash::FxHashSet<u64>,
-    other: HashSet<Box<str>>,
-}
-
-impl SeenIds {
-    /// Records `id`; false if it was already there.
-    fn insert(&mut self, id: &str) -> bool {
-        let numeric = id.len() <= 19 && !id.starts_with('0') && id.bytes().all(|b| b.is_ascii_digit());
-        match id.parse::<u64>() {
-            Ok(n) if numeric => self.numeric.insert(n),
-            _ => self.other.insert(Box::from(id)),
-        }
-    }
-}
-
-fn lossy_prefix(bytes: &[u8], keep: usize) -> String {
-    let cut = &bytes[..bytes.len().min(keep)];
-    let s = String::from_utf8_lossy(cut).into_owned();
-    s
-}
-
-/// Streams one local file into staged Parquet files of both tables.
+/// Streams one local file into staged Parquet files of both tables: decompressed on one
+/// thread, split into lines on this one, parsed on `workers` threads, merged back in file
+/// order and written on another ([`parallel`]).
 fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, bar: &ProgressBar) -> Result<Parsed> {
     let t0 = Instant::now();
     let counter = Arc::new(AtomicU64::new(0));
     let decoded = reader::open_decoded(local, Compression::from_name(&s.name), counter.clone())
         .with_context(|| format!("opening {}", local.display()))?;
     let mut lines = LineReader::new(decoded, opts.max_line_bytes);
-    let mut events = TableWriter::new(
+    let events = TableWriter::new(
         lake,
         EVENTS,
         &s.key,
@@ -432,116 +410,69 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
         None,
         writer_properties(&["raw"], &[], opts.compression),
     )?;
-    let mut builder = ClusteredEvents::new(opts.batch_rows);
-    let mut rejected = RejectedBuilder::default();
-    let mut seen_ids = SeenIds::default();
-    let mut repos: rustc_hash::FxHashSet<u64> = rustc_hash::FxHashSet::default();
     let mut summary = FileSummary { key: s.key.clone(), source_file: s.name.clone(), ..Default::default() };
     let now = chrono::Utc::now().timestamp_micros();
-    let mut line_no: u64 = 0;
-
-    let reject = |summary: &mut FileSummary,
-                  rejected: &mut RejectedBuilder,
-                  line_no: u64,
-                  r: Rejection,
-                  raw: &[u8],
-                  total: usize| {
-        *summary.rejected_by_reason.entry(r.code.clone()).or_default() += 1;
-        summary.rejected += 1;
-        rejected.push(&s.name, line_no, &r, &lossy_prefix(raw, opts.raw_keep_bytes), total, now);
-    };
-
-    while let Some(line) = lines.next_line() {
-        line_no += 1;
-        match line {
-            Line::Complete(bytes) => {
-                if bytes.iter().all(|b| b.is_ascii_whitespace()) {
-                    reject(
-                        &mut summary,
-                        &mut rejected,
-                        line_no,
-                        Rejection::new("empty_line", "the line is blank"),
-                        bytes,
-                        bytes.len(),
-                    );
-                } else {
-                    match std::str::from_utf8(bytes) {
-                        Err(e) => reject(
-                            &mut summary,
-                            &mut rejected,
-                            line_no,
-                            Rejection::new("invalid_utf8", format!("invalid UTF-8 at byte {}", e.valid_up_to())),
-                            bytes,
-                            bytes.len(),
-                        ),
-                        Ok(text) => match parse_line(text) {
-                            Ok(ev) => {
-                                if seen_ids.insert(&ev.id) {
-                                    if let Some(r) = &ev.repo_name {
-                                        repos.insert(crate::hash::fnv1a(r.bytes(), crate::hash::OFFSET));
-                                    }
-                                    match summary.events_by_type.get_mut(ev.kind.as_ref()) {
-                                        Some(n) => *n += 1,
-                                        None => {
-                                            summary.events_by_type.insert(ev.kind.to_string(), 1);
-                                        }
-                                    }
-                                    builder.push(&ev, &s.name, line_no);
-                                    summary.events_written += 1;
-                                } else {
-                                    let r = Rejection::new(
-                                        "duplicate_id",
-                                        format!("event id {} already appeared earlier in this file", ev.id),
-                                    );
-                                    reject(&mut summary, &mut rejected, line_no, r, bytes, bytes.len());
-                                }
-                            }
-                            Err(r) => reject(&mut summary, &mut rejected, line_no, r, bytes, bytes.len()),
-                        },
-                    }
-                }
-            }
-            Line::TooLong { prefix, total } => {
-                let r = Rejection::new(
-                    "line_too_long",
-                    format!("{total} bytes, over the {} byte limit (--max-line-bytes)", opts.max_line_bytes),
-                );
-                reject(&mut summary, &mut rejected, line_no, r, prefix, total);
-            }
-            Line::StreamError { partial, total, error } => {
-                let code = match (Compression::from_name(&s.name), error.kind()) {
-                    (Compression::Gzip, std::io::ErrorKind::UnexpectedEof) => "truncated_gzip",
-                    (Compression::Gzip, _) => "corrupt_gzip",
-                    _ => "read_error",
-                };
-                let r = Rejection::new(
-                    code,
-                    format!("the stream ended in error after {} good lines: {error}", line_no - 1),
-                );
-                reject(&mut summary, &mut rejected, line_no, r, partial, total);
-            }
-        }
-        if builder.len() >= opts.batch_rows || builder.bytes() >= 48 << 20 {
-            for b in builder.finish() {
-                events.write(&b)?;
-            }
-        }
+    let raw_keep = opts.raw_keep_bytes;
+    let max_line = opts.max_line_bytes;
+    let gzip = Compression::from_name(&s.name) == Compression::Gzip;
+    // The reader's own rejections: a line over the limit, a stream that broke inside a line.
+    let on_line = |line_no: u64, line: &Line<'_>| -> Option<parallel::Rejected> {
         if line_no.is_multiple_of(4096) {
             bar.set_position(counter.load(Ordering::Relaxed));
         }
+        match line {
+            Line::Complete(_) => None,
+            Line::TooLong { prefix, total } => Some(parallel::Rejected {
+                line: line_no,
+                rejection: Rejection::new(
+                    "line_too_long",
+                    format!("{total} bytes, over the {max_line} byte limit (--max-line-bytes)"),
+                ),
+                raw: parallel::lossy_prefix(prefix, raw_keep),
+                total: *total,
+            }),
+            Line::StreamError { partial, total, error } => {
+                let code = match (gzip, error.kind()) {
+                    (true, std::io::ErrorKind::UnexpectedEof) => "truncated_gzip",
+                    (true, _) => "corrupt_gzip",
+                    _ => "read_error",
+                };
+                Some(parallel::Rejected {
+                    line: line_no,
+                    rejection: Rejection::new(
+                        code,
+                        format!("the stream ended in error after {} good lines: {error}", line_no - 1),
+                    ),
+                    raw: parallel::lossy_prefix(partial, raw_keep),
+                    total: *total,
+                })
+            }
+        }
+    };
+    let workers = (std::thread::available_parallelism().map_or(1, |n| n.get()) / opts.jobs.max(1)).max(1);
+    let (merged, reader_rejected, lines_read) =
+        parallel::parse_lines(&mut lines, events, &s.name, workers, opts.batch_rows, raw_keep, on_line)?;
+
+    // Rejections in file order, as a single-threaded reading would have found them.
+    let mut all = merged.rejected;
+    all.extend(reader_rejected);
+    all.sort_by_key(|r| r.line);
+    let mut rejected = RejectedBuilder::default();
+    for r in &all {
+        *summary.rejected_by_reason.entry(r.rejection.code.clone()).or_default() += 1;
+        rejected.push(&s.name, r.line, &r.rejection, &r.raw, r.total, now);
     }
-    for b in builder.finish() {
-        events.write(&b)?;
-    }
+    summary.rejected = all.len() as u64;
     if !rejected.is_empty() {
         rejected_writer.write(&rejected.finish()?)?;
     }
-    summary.lines_read = line_no;
-    summary.distinct_repos = repos.len() as u64;
+    summary.events_written = merged.events_written;
+    summary.events_by_type = merged.by_type.into_iter().map(|(k, n)| (k.into_string(), n)).collect();
+    summary.lines_read = lines_read;
+    summary.distinct_repos = merged.distinct_repos;
     summary.compressed_bytes = counter.load(Ordering::Relaxed);
     summary.json_bytes = lines.bytes_read();
-    let events = events.finish()?;
     let rejected = rejected_writer.finish()?;
     summary.seconds = t0.elapsed().as_secs_f64();
-    Ok(Parsed { summary, events, rejected })
+    Ok(Parsed { summary, events: merged.events, rejected })
 }
