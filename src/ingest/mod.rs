@@ -1,7 +1,9 @@
 //! GH Archive ingest: hour files → the Delta tables `events` and `events_rejected`.
 //!
-//! Each file is streamed (decompress → split lines → parse → Arrow batches → Parquet) on one
-//! thread with bounded memory, then committed per file: the file's previous rows, if any,
+//! Each file is streamed (decompress → split lines → parse → Arrow batches → Parquet) with
+//! bounded memory — decompressed on a thread of its own, parsed on as many threads as the
+//! file has cores ([`parallel`]: the same files whatever their number) — then committed per
+//! file: the file's previous rows, if any,
 //! are replaced in the same transaction that adds the new ones, so re-ingesting an hour is
 //! idempotent and an interrupted run that is restarted ends with the same tables. Every line
 //! either becomes an event or a rejection row; the summary reconciles
