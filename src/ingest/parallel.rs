@@ -515,13 +515,13 @@ mod tests {
     /// The events written, the rejections, lines read, events written, distinct repositories.
     fn run(input: &[u8], workers: usize) -> (Vec<RecordBatch>, Vec<Row>, u64, u64, u64) {
         let dir = tempfile::tempdir().unwrap();
-        let schema = super::super::batch::EVENTS_SCHEMA.clone();
+        let schema = crate::ingest::batch::EVENTS_SCHEMA.clone();
         let writer = TableWriter::in_dir(
             dir.path().to_path_buf(),
             false,
             "k",
             &schema,
-            Some(super::super::batch::EVENT_DATE),
+            Some(crate::ingest::batch::EVENT_DATE),
             crate::lake::writer_properties(&[], &[], crate::lake::Codec::Zstd),
         )
         .unwrap();
