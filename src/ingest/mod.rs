@@ -2,7 +2,7 @@
 //!
 //! Each file is streamed (decompress → split lines → parse → Arrow batches → Parquet) with
 //! bounded memory — decompressed on a thread of its own, parsed on as many threads as the
-//! file has cores ([`parallel`]: the same files whatever their number) — then committed per
+//! file has cores (`parallel`: the same files whatever their number) — then committed per
 //! file: the file's previous rows, if any,
 //! are replaced in the same transaction that adds the new ones, so re-ingesting an hour is
 //! idempotent and an interrupted run that is restarted ends with the same tables. Every line
