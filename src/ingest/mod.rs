@@ -396,6 +396,8 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
     let decoded = reader::open_decoded(local, Compression::from_name(&s.name), counter.clone())
         .with_context(|| format!("opening {}", local.display()))?;
     let mut lines = LineReader::new(decoded, opts.max_line_bytes);
+    // The file's share of the cores: parsing threads, and as many encoding the columns.
+    let workers = (std::thread::available_parallelism().map_or(1, |n| n.get()) / opts.jobs.max(1)).max(1);
     let events = TableWriter::new(
         lake,
         EVENTS,
@@ -403,7 +405,8 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
         &EVENTS_SCHEMA,
         Some(EVENT_DATE),
         writer_properties(LONG_TEXT_COLUMNS, REPEATED_TEXT_COLUMNS, opts.compression),
-    )?;
+    )?
+    .encode_threads(workers);
     let mut rejected_writer = TableWriter::new(
         lake,
         EVENTS_REJECTED,
@@ -451,7 +454,6 @@ fn parse_file(lake: &Lake, s: &SourceFile, local: &Path, opts: &IngestOptions, b
             }
         }
     };
-    let workers = (std::thread::available_parallelism().map_or(1, |n| n.get()) / opts.jobs.max(1)).max(1);
     let (merged, reader_rejected, lines_read) =
         parallel::parse_lines(&mut lines, events, &s.name, workers, opts.batch_rows, raw_keep, on_line)?;
 

@@ -32,6 +32,7 @@
 
 pub mod append;
 pub mod blobs;
+mod columns;
 pub mod commit;
 pub mod compact;
 pub mod failpoint;

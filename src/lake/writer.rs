@@ -22,6 +22,7 @@ use parquet::file::statistics::Statistics;
 use parquet::schema::types::ColumnPath;
 use serde_json::{json, Value};
 
+use super::columns::ColumnFile;
 use super::Lake;
 
 /// A Parquet file written into a table directory but not yet committed.
@@ -123,11 +124,42 @@ pub struct TableWriter {
     /// Index of the partition column in incoming batches (dropped from the file data).
     partition: Option<(usize, String)>,
     props: WriterProperties,
-    open: HashMap<String, (ArrowWriter<File>, String, i64)>,
+    open: HashMap<String, (OpenFile, String, i64)>,
     done: Vec<StagedFile>,
     /// Name files after their partition value instead of `key` (jobs that replace whole
     /// partitions use the partition value as the key).
     key_by_partition: bool,
+    /// Threads that encode a file's columns (1: the Arrow writer, batch by batch).
+    encode_threads: usize,
+}
+
+/// A file being written: by the Arrow writer, or column by column on several threads (the
+/// same bytes either way).
+enum OpenFile {
+    Batches(ArrowWriter<File>),
+    Columns(ColumnFile),
+}
+
+impl OpenFile {
+    fn write(&mut self, pieces: &[RecordBatch]) -> Result<()> {
+        match self {
+            OpenFile::Columns(f) => f.write(pieces),
+            OpenFile::Batches(w) => {
+                match pieces {
+                    [one] => w.write(one)?,
+                    many => w.write(&arrow::compute::concat_batches(&many[0].schema(), many)?)?,
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn close(self) -> Result<ParquetMetaData> {
+        match self {
+            OpenFile::Columns(f) => f.close(),
+            OpenFile::Batches(w) => Ok(w.close()?),
+        }
+    }
 }
 
 impl TableWriter {
@@ -177,7 +209,15 @@ impl TableWriter {
             open: HashMap::new(),
             done: Vec::new(),
             key_by_partition: false,
+            encode_threads: 1,
         })
+    }
+
+    /// Encodes each file's columns on `threads` threads: the same files, sooner where a
+    /// core would otherwise wait (ingest's merge thread on two cores).
+    pub fn encode_threads(mut self, threads: usize) -> Self {
+        self.encode_threads = threads.max(1);
+        self
     }
 
     /// Files are named `{partition value}.{uuid}.parquet` (see [`Lake::replace_keys`]).
@@ -245,7 +285,36 @@ impl TableWriter {
         Ok(())
     }
 
+    /// Writes the rows of `pieces` (batches of the table's schema, in order) as one batch
+    /// made of them would be written, without making that batch: with encoding threads, each
+    /// column is put together on the thread that encodes it.
+    pub fn write_pieces(&mut self, pieces: &[RecordBatch]) -> Result<()> {
+        let pieces: Vec<&RecordBatch> = pieces.iter().filter(|p| p.num_rows() > 0).collect();
+        let Some(first) = pieces.first() else { return Ok(()) };
+        let Some((idx, _)) = self.partition.clone() else {
+            return self.write_pieces_to(String::new(), pieces.into_iter().cloned().collect());
+        };
+        // One partition value in every piece: the pieces go to one file as they are.
+        if pieces.iter().all(|p| self.single_partition(p)) {
+            let value = self.partition_values(&first.slice(0, 1))?.remove(0);
+            let mut same = true;
+            for p in &pieces[1..] {
+                same &= self.partition_values(&p.slice(0, 1))?.remove(0) == value;
+            }
+            if same {
+                let keep: Vec<usize> = (0..first.num_columns()).filter(|i| *i != idx).collect();
+                let data = pieces.iter().map(|p| p.project(&keep)).collect::<Result<Vec<_>, _>>()?;
+                return self.write_pieces_to(value, data);
+            }
+        }
+        self.write(&arrow::compute::concat_batches(&first.schema(), pieces)?)
+    }
+
     fn write_to(&mut self, value: String, data: RecordBatch) -> Result<()> {
+        self.write_pieces_to(value, vec![data])
+    }
+
+    fn write_pieces_to(&mut self, value: String, data: Vec<RecordBatch>) -> Result<()> {
         if !self.open.contains_key(&value) {
             let dir_rel = match &self.partition {
                 Some((_, col)) => format!("{col}={value}/"),
@@ -258,12 +327,15 @@ impl TableWriter {
                 std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
             }
             let file = File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-            let writer = ArrowWriter::try_new(file, self.file_schema.clone(), Some(self.props.clone()))?;
+            let writer = match ColumnFile::try_new(file, self.file_schema.clone(), &self.props, self.encode_threads)? {
+                Ok(columns) => OpenFile::Columns(columns),
+                Err(batches) => OpenFile::Batches(batches),
+            };
             self.open.insert(value.clone(), (writer, rel, 0));
         }
         let (writer, _, rows) = self.open.get_mut(&value).expect("inserted above");
         writer.write(&data)?;
-        *rows += data.num_rows() as i64;
+        *rows += data.iter().map(|b| b.num_rows() as i64).sum::<i64>();
         Ok(())
     }
 
