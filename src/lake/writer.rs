@@ -146,6 +146,7 @@ impl OpenFile {
             OpenFile::Columns(f) => f.write(pieces),
             OpenFile::Batches(w) => {
                 match pieces {
+                    [] => {}
                     [one] => w.write(one)?,
                     many => w.write(&arrow::compute::concat_batches(&many[0].schema(), many)?)?,
                 }
