@@ -257,8 +257,10 @@ fn resolve(rust: &RustTools, spec: &CrateSpec, root: &Path) -> Result<Resolution
     let lock = std::fs::read_to_string(skel.join("Cargo.lock")).context("cargo vendor wrote no Cargo.lock")?;
     std::fs::create_dir_all(&vendor)?;
     // Crates keep their archives' modes (fnv 1.0.7's files are 0640): the sandbox's uids read
-    // every file.
-    readable_by_all(&staging).context("opening the vendored crates to the sandbox")?;
+    // every file. A graph without dependencies leaves no staging directory at all.
+    if staging.exists() {
+        readable_by_all(&staging).context("opening the vendored crates to the sandbox")?;
+    }
     if let Ok(entries) = std::fs::read_dir(&staging) {
         for e in entries.filter_map(|e| e.ok()) {
             let to = vendor.join(e.file_name());
