@@ -170,6 +170,13 @@ pub async fn run(
     summary.partitions = todo.iter().map(|(p, _)| p.clone()).collect();
 
     let ctx = session(lake, job, opts).await?;
+    if let (Engine::Local, Some(t)) = (&opts.engine, &input_table) {
+        // The snapshot the partitions were found in is the one the job reads: opened once, not
+        // again by the session (a log replay per open).
+        t.update_datafusion_session(&ctx.state())?;
+        let provider = t.table_provider().await.with_context(|| format!("reading table `{input}`"))?;
+        ctx.register_table(input, provider)?;
+    }
     let last_run = done.values().map(|r| r.finished_at).max().unwrap_or(0);
     ctx.register_table(
         "job_last_run",

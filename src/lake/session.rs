@@ -9,9 +9,11 @@ use anyhow::{Context, Result};
 use async_trait::async_trait;
 use datafusion::catalog::{SchemaProvider, TableProvider};
 use datafusion::error::DataFusionError;
+use datafusion::logical_expr::TableType;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use deltalake::delta_datafusion::engine::AsObjectStoreUrl;
+use tokio::sync::OnceCell;
 
 impl Lake {
     /// A DataFusion session with every table of the lake registered under its name, each
@@ -74,8 +76,9 @@ struct LakeSchema {
     /// The lake's tables when the session started.
     names: Vec<String>,
     runtime: Arc<RuntimeEnv>,
-    /// Tables opened so far: one snapshot per table for the session's life.
-    tables: Mutex<HashMap<String, Arc<dyn TableProvider>>>,
+    /// Tables opened so far: one snapshot per table for the session's life, opened once
+    /// however many queries name it at once.
+    tables: Mutex<HashMap<String, Arc<OnceCell<Arc<dyn TableProvider>>>>>,
     registered: Mutex<HashMap<String, Arc<dyn TableProvider>>>,
 }
 
@@ -106,16 +109,23 @@ impl SchemaProvider for LakeSchema {
         if let Some(t) = self.registered.lock().expect("not poisoned").get(name) {
             return Ok(Some(t.clone()));
         }
-        if let Some(t) = self.tables.lock().expect("not poisoned").get(name) {
-            return Ok(Some(t.clone()));
-        }
         if !self.names.iter().any(|n| n == name) {
             return Ok(None);
         }
-        let provider = self.open(name).await.map_err(|e| DataFusionError::External(e.into()))?;
-        // Two queries planned at once may both open it: the first one kept is every query's.
-        let mut tables = self.tables.lock().expect("not poisoned");
-        Ok(Some(tables.entry(name.to_string()).or_insert(provider).clone()))
+        let cell = self.tables.lock().expect("not poisoned").entry(name.to_string()).or_default().clone();
+        let provider = cell
+            .get_or_try_init(|| self.open(name))
+            .await
+            .map_err(|e| DataFusionError::External(format!("{e:#}").into()))?;
+        Ok(Some(provider.clone()))
+    }
+
+    /// Without opening the table: listing the lake's tables (information_schema) opens none.
+    async fn table_type(&self, name: &str) -> datafusion::error::Result<Option<TableType>> {
+        if let Some(t) = self.registered.lock().expect("not poisoned").get(name) {
+            return Ok(Some(t.table_type()));
+        }
+        Ok(self.names.iter().any(|n| n == name).then_some(TableType::Base))
     }
 
     fn register_table(
@@ -141,4 +151,53 @@ impl SchemaProvider for LakeSchema {
 pub fn session_config() -> Result<SessionConfig> {
     let config = SessionConfig::from_env().context("reading DATAFUSION_* settings from the environment")?;
     Ok(config.with_information_schema(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, RecordBatch};
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    async fn table_of(lake: &Lake, name: &str, values: &[i64]) {
+        let schema = Arc::new(Schema::new(vec![Field::new("n", DataType::Int64, false)]));
+        let table = lake.ensure_table(name, &schema, &[]).await.unwrap();
+        let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(values.to_vec()))]).unwrap();
+        lake.append(table, vec![batch]).await.unwrap();
+    }
+
+    async fn sum(ctx: &SessionContext, table: &str) -> Result<Option<i64>> {
+        let v: Vec<Option<i64>> = crate::query::rows(ctx, &format!("SELECT sum(n) FROM {table}")).await?;
+        Ok(v[0])
+    }
+
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_session_opens_the_tables_its_queries_name_once_each() {
+        let dir = tempfile::tempdir().unwrap();
+        let lake = Lake::open(dir.path().to_str().unwrap()).unwrap();
+        table_of(&lake, "good", &[1, 2, 3]).await;
+        table_of(&lake, "broken", &[4]).await;
+        let ctx = lake.session().await.unwrap();
+        // A table no query names is never opened: its log going bad leaves the others readable.
+        let log = dir.path().join("broken/_delta_log/00000000000000000000.json");
+        std::fs::write(&log, "not a delta log\n").unwrap();
+        assert_eq!(sum(&ctx, "good").await.unwrap(), Some(6));
+        let e = sum(&ctx, "broken").await.unwrap_err();
+        assert!(format!("{e:#}").contains("`broken`"), "{e:#}");
+        // Every table is listed, and `good` keeps the version it was first read at.
+        let names: Vec<String> = crate::query::rows(
+            &ctx,
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY 1",
+        )
+        .await
+        .unwrap();
+        assert_eq!(names, ["broken", "good"]);
+        table_of(&lake, "good", &[10]).await;
+        assert_eq!(sum(&ctx, "good").await.unwrap(), Some(6));
+        assert_eq!(sum(&lake.session().await.unwrap(), "good").await.unwrap(), Some(16));
+        // A name registered in the session comes before the lake's.
+        let view = ctx.sql("SELECT n FROM good WHERE n > 1").await.unwrap().into_view();
+        ctx.register_table("good_new", view).unwrap();
+        assert_eq!(sum(&ctx, "good_new").await.unwrap(), Some(5));
+    }
 }
