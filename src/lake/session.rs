@@ -66,6 +66,9 @@ impl Lake {
     }
 }
 
+/// A table of the lake, once opened.
+type Opened = OnceCell<Arc<dyn TableProvider>>;
+
 /// The lake's tables as a DataFusion schema. A job's SQL reads two or three of a lake's
 /// tables; opening each Delta table replays its log, so a table is opened when a query first
 /// names it, not when the session starts (`swelake bench jobs`: the fixed cost of a job).
@@ -78,7 +81,7 @@ struct LakeSchema {
     runtime: Arc<RuntimeEnv>,
     /// Tables opened so far: one snapshot per table for the session's life, opened once
     /// however many queries name it at once.
-    tables: Mutex<HashMap<String, Arc<OnceCell<Arc<dyn TableProvider>>>>>,
+    tables: Mutex<HashMap<String, Arc<Opened>>>,
     registered: Mutex<HashMap<String, Arc<dyn TableProvider>>>,
 }
 
