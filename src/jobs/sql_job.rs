@@ -332,9 +332,8 @@ async fn run_held(
     tracing::debug!(job = %job.name, seconds = started.elapsed().as_secs_f64(), "run recorded");
 
     if !write.report.is_empty() {
-        // Over the lake as this run left it, on the same engine.
-        // Planned and run together: each is a small scan of the output, and one after the
-        // other they left a core idle.
+        // Over the lake as this run left it, on the same engine; run together, as each is a
+        // small scan of the output (the session opens it once for all of them).
         let ctx = session(lake, job, opts).await?;
         let answers = futures::future::join_all(write.report.iter().map(|(name, q)| {
             let ctx = &ctx;
